@@ -1,0 +1,42 @@
+r"""Writes a synthetic data set in RadioMapSeer's layout.
+
+  python -m programs.make_dataset --out DIR --maps N --transmitters T --size 256 --seed S
+
+Re-running with the same flags completes a partly written set and leaves finished maps alone; a
+different spec for an existing folder is refused.
+"""
+
+from absl import app, flags
+
+from programs import common
+from tff_radiomap.data import synthetic
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("out", None, "Output root folder.")
+flags.DEFINE_integer("maps", 3, "Number of city maps.")
+flags.DEFINE_integer("transmitters", 4, "Transmitters per map.")
+flags.DEFINE_integer("size", 256, "Map size in pixels (1 m per pixel).")
+flags.DEFINE_integer("seed", 0, "Random seed; the same seed gives the same files.")
+flags.DEFINE_string("simulation", "DPM", "Name of the gain/ sub-folder to write.")
+flags.DEFINE_integer("workers", 1, "Processes to generate maps in parallel.")
+
+
+def main(argv):
+    common.reject_extra_args(argv)
+    common.require(FLAGS.out, "out", FLAGS.out, "an output folder")
+    common.require(FLAGS.maps >= 1, "maps", FLAGS.maps, "an integer >= 1")
+    common.require(FLAGS.transmitters >= 1, "transmitters", FLAGS.transmitters, "an integer >= 1")
+    common.require(32 <= FLAGS.size <= 4096, "size", FLAGS.size, "an integer in 32..4096")
+    common.require(FLAGS.workers >= 1, "workers", FLAGS.workers, "an integer >= 1")
+    common.require(FLAGS.simulation.isidentifier(), "simulation", FLAGS.simulation, "a folder name such as DPM")
+    common.require_writable_dir(FLAGS.out, "out")
+    spec = synthetic.DatasetSpec(FLAGS.maps, FLAGS.transmitters, FLAGS.size, FLAGS.seed, FLAGS.simulation)
+    try:
+        synthetic.generate_dataset(FLAGS.out, spec, workers=FLAGS.workers, progress=True)
+    except ValueError as exc:
+        common.fail(str(exc))
+    print(f"wrote {spec.maps} maps x {spec.transmitters} transmitters ({spec.size}x{spec.size}) to {FLAGS.out}")
+
+
+if __name__ == "__main__":
+    app.run(main)

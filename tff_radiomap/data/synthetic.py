@@ -1,0 +1,326 @@
+"""A synthetic, physically motivated stand-in for RadioMapSeer, written in its exact layout.
+
+Layout under `root` (as RadioMapSeer):
+    png/buildings_complete/{m}.png   uint8, 255 inside buildings, 0 outside
+    png/antennas/{m}_{t}.png         uint8, 255 at the transmitter pixel, 0 elsewhere
+    gain/DPM/{m}_{t}.png             uint8 gray-level gain (see `encoding.py`)
+    antenna/{m}.json                 [[x, y], ...] transmitter pixels of map m (x = column, y = row)
+
+Cities: a street grid of per-map spacing, street width and angle; blocks split into lots, each lot
+built or not with a per-map density and random set-backs (touching set-backs merge buildings into
+larger blocks); some blocks are open squares. Transmitters stand outside buildings.
+
+Propagation at 5.9 GHz with 1.5 m antennas and 25 m buildings, so that it is effectively 2-D:
+  - line of sight: Friis free-space loss;
+  - around buildings: the best street-routed path through up to `max_diffractions` building
+    corners (a visibility graph over convex corners), free-space loss of its length plus
+    `corner_loss_db` per corner;
+  - through buildings: the direct path with `wall_loss_db` per wall crossed;
+  - the stronger of the two; inside buildings the floor value (gray 0), as in RadioMapSeer.
+Visibility and wall counts come from a polar ray sweep around each source, vectorised in numpy;
+everything that depends only on the buildings (corners, their visibility) is computed once a map.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import numpy as np
+from PIL import Image
+from scipy import ndimage
+
+from tff_radiomap.data import encoding
+
+
+@dataclasses.dataclass(frozen=True)
+class PropagationConfig:
+    frequency_hz: float = 5.9e9
+    antenna_height_m: float = 1.5  # Far below the 25 m buildings: no over-roof path.
+    building_height_m: float = 25.0
+    meters_per_pixel: float = 1.0
+    corner_loss_db: float = 12.0  # Per diffraction corner on the street-routed path.
+    wall_loss_db: float = 15.0  # Per wall crossed on the direct path.
+    max_diffractions: int = 3
+    max_corners: int = 160  # Convex corners kept per map (subsampled if more).
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetSpec:
+    maps: int = 3
+    transmitters: int = 4
+    size: int = 256
+    seed: int = 0
+    simulation: str = "DPM"
+
+
+# ---------------------------------------------------------------------------------------------
+# City layouts.
+def generate_city(rng: np.random.Generator, size: int = 256) -> np.ndarray:
+    """Returns a bool [size, size] building mask of a random city-like layout."""
+    scale = size / 256.0
+    angle = rng.uniform(0.0, np.pi / 2)
+    spacing = rng.uniform(40.0, 90.0, size=2) * scale
+    street = rng.uniform(6.0, 14.0) * scale
+    lot_size = rng.uniform(12.0, 30.0) * scale
+    lots = np.clip(np.rint((spacing - street) / lot_size), 1, 4).astype(np.int64)  # Per block, along u and v.
+    density = rng.uniform(0.55, 0.9)
+    open_share = rng.uniform(0.03, 0.12)
+    max_setback = rng.uniform(0.04, 0.2)
+
+    yy, xx = np.mgrid[0:size, 0:size].astype(np.float64) + 0.5
+    u = np.cos(angle) * xx + np.sin(angle) * yy + rng.uniform(0, spacing[0])
+    v = -np.sin(angle) * xx + np.cos(angle) * yy + rng.uniform(0, spacing[1])
+    bu, fu = np.divmod(u, spacing[0])
+    bv, fv = np.divmod(v, spacing[1])
+    half = street / 2
+    in_block = (fu >= half) & (fu < spacing[0] - half) & (fv >= half) & (fv < spacing[1] - half)
+
+    # Lot coordinates inside the block, in [0, 1) per lot.
+    lot_u = (fu - half) / (spacing[0] - street) * lots[0]
+    lot_v = (fv - half) / (spacing[1] - street) * lots[1]
+    iu = np.clip(np.floor(lot_u), 0, lots[0] - 1).astype(np.int64)
+    iv = np.clip(np.floor(lot_v), 0, lots[1] - 1).astype(np.int64)
+    su, sv = lot_u - iu, lot_v - iv
+
+    n = 64  # Hash tables indexed by block (mod n) and lot.
+    block_open = rng.random((n, n)) < open_share
+    lot_built = rng.random((n, n, 4, 4)) < density
+    setbacks = rng.uniform(0.0, max_setback, size=(n, n, 4, 4, 4))
+    setbacks[rng.random((n, n, 4, 4, 4)) < 0.35] = 0.0  # Touching lots merge into larger buildings.
+    bi, bj = bu.astype(np.int64) % n, bv.astype(np.int64) % n
+    s = setbacks[bi, bj, iu, iv]
+    inside_lot = (su >= s[..., 0]) & (su < 1 - s[..., 1]) & (sv >= s[..., 2]) & (sv < 1 - s[..., 3])
+    return in_block & ~block_open[bi, bj] & lot_built[bi, bj, iu, iv] & inside_lot
+
+
+def place_transmitters(rng: np.random.Generator, buildings: np.ndarray, count: int, margin: int = 2) -> np.ndarray:
+    """Returns [count, 2] distinct (row, col) outdoor pixels, at least `margin` from the border."""
+    size = buildings.shape[0]
+    outdoor = ~buildings
+    outdoor[:margin, :] = outdoor[-margin:, :] = False
+    outdoor[:, :margin] = outdoor[:, -margin:] = False
+    candidates = np.flatnonzero(outdoor)
+    if candidates.size < count:
+        raise ValueError(f"map has {candidates.size} outdoor pixels, fewer than {count} transmitters")
+    chosen = rng.choice(candidates, size=count, replace=False)
+    return np.stack(np.divmod(chosen, size), axis=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Geometry: polar ray sweeps.
+class _PolarGrid:
+    """Pixel -> (angle bin, radius bin) lookup around a source, and the ray sample points."""
+
+    def __init__(self, size: int, n_angles: int, step: float):
+        self.size, self.n_angles, self.step = size, n_angles, step
+        self.n_radii = int(np.ceil(size * np.sqrt(2) / step)) + 2
+        theta = np.arange(n_angles) * (2 * np.pi / n_angles)
+        radii = np.arange(self.n_radii) * step
+        self.ray_dy = np.sin(theta)[:, None] * radii[None, :]
+        self.ray_dx = np.cos(theta)[:, None] * radii[None, :]
+
+    def sample(self, occupancy: np.ndarray, source) -> np.ndarray:
+        """Occupancy along every ray from `source` (pixel centre); outside the map is open."""
+        y = np.floor(source[0] + 0.5 + self.ray_dy).astype(np.int64)
+        x = np.floor(source[1] + 0.5 + self.ray_dx).astype(np.int64)
+        inside = (y >= 0) & (y < self.size) & (x >= 0) & (x < self.size)
+        return inside & occupancy[np.clip(y, 0, self.size - 1), np.clip(x, 0, self.size - 1)]
+
+    def lookup(self, source, dy: np.ndarray, dx: np.ndarray):
+        a = np.rint(np.arctan2(dy, dx) * (self.n_angles / (2 * np.pi))).astype(np.int64) % self.n_angles
+        r = np.minimum(np.floor(np.hypot(dy, dx) / self.step).astype(np.int64), self.n_radii - 1)
+        return a, r
+
+
+def wall_counts(grid: _PolarGrid, occupancy: np.ndarray, source, dy: np.ndarray, dx: np.ndarray) -> np.ndarray:
+    """Number of walls (occupancy changes) crossed on the straight path from `source` to each pixel."""
+    occ = grid.sample(occupancy, source)
+    changes = np.zeros(occ.shape, dtype=np.int16)
+    changes[:, 1:] = np.cumsum(occ[:, 1:] != occ[:, :-1], axis=1)
+    # A pixel's own cell may be partly sampled already; count only changes strictly before it.
+    a, r = grid.lookup(source, dy, dx)
+    return changes[a, np.maximum(r - 1, 0)]
+
+
+def convex_corners(buildings: np.ndarray, window: int = 7, max_fill: float = 0.3) -> np.ndarray:
+    """Outdoor pixels diagonal to a convex building corner: the diffraction points, [N, 2].
+
+    A rotated building rasterises into staircase edges whose every step looks like a corner; a
+    true convex corner has at most `max_fill` of its `window` x `window` neighbourhood built
+    (a straight edge has about half), and of the corners left within 3 pixels one is kept.
+    """
+    b = np.pad(buildings, 1, constant_values=False)
+    out = ~b
+    centre = out[1:-1, 1:-1]
+    found = np.zeros_like(centre)
+    for dy in (-1, 1):
+        for dx in (-1, 1):
+            diag = b[1 + dy : b.shape[0] - 1 + dy, 1 + dx : b.shape[1] - 1 + dx]
+            side_y = out[1 + dy : b.shape[0] - 1 + dy, 1:-1]
+            side_x = out[1:-1, 1 + dx : b.shape[1] - 1 + dx]
+            found |= centre & diag & side_y & side_x
+    fill = ndimage.uniform_filter(buildings.astype(np.float32), size=window, mode="constant")
+    corners = np.argwhere(found & (fill <= max_fill))
+    _, first = np.unique(corners // 3, axis=0, return_index=True)
+    return corners[np.sort(first)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Pathloss.
+class MapPropagation:
+    """Everything about one map that does not depend on the transmitter, and the per-tx solver."""
+
+    def __init__(self, buildings: np.ndarray, config: PropagationConfig = PropagationConfig(), seed: int = 0):
+        self.buildings = np.asarray(buildings, dtype=bool)
+        self.config = config
+        size = self.buildings.shape[0]
+        self.size = size
+        self.yy, self.xx = np.mgrid[0:size, 0:size]
+        self.fine = _PolarGrid(size, n_angles=max(1024, 6 * size), step=1.0)
+        coarse = _PolarGrid(size, n_angles=max(512, 3 * size), step=1.5)
+
+        corners = convex_corners(self.buildings)
+        if len(corners) > config.max_corners:
+            keep = np.random.default_rng(seed).choice(len(corners), config.max_corners, replace=False)
+            corners = corners[np.sort(keep)]
+        self.corners = corners
+        # reach[c] = distance (m) from corner c to every pixel it sees, inf where hidden or indoors.
+        reach = np.full((len(corners), size, size), np.inf, dtype=np.float32)
+        for i, (cy, cx) in enumerate(corners):
+            dy, dx = self.yy - cy, self.xx - cx
+            visible = (wall_counts(coarse, self.buildings, (cy, cx), dy, dx) == 0) & ~self.buildings
+            reach[i][visible] = np.hypot(dy, dx)[visible] * config.meters_per_pixel
+        self.reach = reach
+        self.corner_to_corner = reach[:, corners[:, 0], corners[:, 1]] if len(corners) else np.zeros((0, 0))
+
+    def gain_db(self, tx) -> np.ndarray:
+        """Received gain in dB (negative) for a transmitter at pixel `tx` = (row, col)."""
+        cfg = self.config
+        dy, dx = self.yy - tx[0], self.xx - tx[1]
+        direct_m = np.maximum(np.hypot(dy, dx) * cfg.meters_per_pixel, 1.0)
+        walls = wall_counts(self.fine, self.buildings, tx, dy, dx)
+        loss = encoding.free_space_loss_db(direct_m, cfg.frequency_hz) + cfg.wall_loss_db * walls
+
+        if len(self.corners):
+            los_at_corner = walls[self.corners[:, 0], self.corners[:, 1]] == 0
+            to_corner = np.where(los_at_corner, direct_m[self.corners[:, 0], self.corners[:, 1]], np.inf)
+            # Level k: paths through exactly k corners. Only corners whose distance improved at
+            # this level can improve anything at the next (an unchanged one costs a corner more).
+            live = np.isfinite(to_corner)
+            best = to_corner.copy()
+            for k in range(1, cfg.max_diffractions + 1):
+                if not live.any():
+                    break
+                routed = np.min(to_corner[live, None, None] + self.reach[live], axis=0)
+                routed_loss = encoding.free_space_loss_db(np.maximum(routed, 1.0), cfg.frequency_hz)
+                loss = np.minimum(loss, routed_loss + k * cfg.corner_loss_db)
+                nxt = np.min(to_corner[live, None] + self.corner_to_corner[live], axis=0)
+                live = nxt < best
+                to_corner = np.where(live, nxt, np.inf)
+                best = np.minimum(best, nxt)
+        gain = -loss
+        gain[self.buildings] = -np.inf  # Floor value inside buildings, as in RadioMapSeer.
+        return gain
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing the layout.
+def layout_dirs(root: str, simulation: str = "DPM") -> dict[str, str]:
+    return {
+        "buildings": os.path.join(root, "png", "buildings_complete"),
+        "antennas": os.path.join(root, "png", "antennas"),
+        "gain": os.path.join(root, "gain", simulation),
+        "antenna_json": os.path.join(root, "antenna"),
+    }
+
+
+def _save_png(path: str, array: np.ndarray) -> None:
+    tmp = path + ".tmp.png"
+    Image.fromarray(array.astype(np.uint8), mode="L").save(tmp)
+    os.replace(tmp, path)  # Never leave a half-written PNG behind.
+
+
+def map_seed(seed: int, map_index: int) -> np.random.SeedSequence:
+    return np.random.SeedSequence([seed, map_index])
+
+
+def write_map(root: str, map_index: int, spec: DatasetSpec, config: PropagationConfig = PropagationConfig()) -> None:
+    """Generates map `map_index` with its transmitters and writes it; reproducible from the seed."""
+    city_seq, tx_seq, corner_seq = map_seed(spec.seed, map_index).spawn(3)
+    buildings = generate_city(np.random.default_rng(city_seq), spec.size)
+    txs = place_transmitters(np.random.default_rng(tx_seq), buildings, spec.transmitters)
+    dirs = layout_dirs(root, spec.simulation)
+    propagation = MapPropagation(buildings, config, seed=int(corner_seq.generate_state(1)[0]))
+    for t, (row, col) in enumerate(txs):
+        raster = np.zeros((spec.size, spec.size), np.uint8)
+        raster[row, col] = 255
+        _save_png(os.path.join(dirs["antennas"], f"{map_index}_{t}.png"), raster)
+        gray = encoding.gain_db_to_gray(propagation.gain_db((row, col)))
+        _save_png(os.path.join(dirs["gain"], f"{map_index}_{t}.png"), gray)
+    with open(os.path.join(dirs["antenna_json"], f"{map_index}.json"), "w") as f:
+        json.dump([[int(col), int(row)] for row, col in txs], f)
+    # The buildings image goes last: its presence marks the map as complete (used to resume).
+    _save_png(os.path.join(dirs["buildings"], f"{map_index}.png"), buildings.astype(np.uint8) * 255)
+
+
+def map_is_complete(root: str, map_index: int, spec: DatasetSpec) -> bool:
+    dirs = layout_dirs(root, spec.simulation)
+    needed = [os.path.join(dirs["buildings"], f"{map_index}.png"), os.path.join(dirs["antenna_json"], f"{map_index}.json")]
+    needed += [os.path.join(dirs["gain"], f"{map_index}_{t}.png") for t in range(spec.transmitters)]
+    return all(os.path.exists(p) for p in needed)
+
+
+SPEC_FILE = "synthetic_spec.json"
+
+
+def prepare_root(root: str, spec: DatasetSpec, config: PropagationConfig = PropagationConfig()) -> list[int]:
+    """Creates the folders and records the spec; returns the maps still to write.
+
+    Raises ValueError if `root` already holds a synthetic set made with a different spec, so
+    that a different request never silently mixes with (or overwrites) existing data.
+    """
+    for d in layout_dirs(root, spec.simulation).values():
+        os.makedirs(d, exist_ok=True)
+    record = {"spec": dataclasses.asdict(spec), "propagation": dataclasses.asdict(config)}
+    path = os.path.join(root, SPEC_FILE)
+    if os.path.exists(path):
+        with open(path) as f:
+            existing = json.load(f)
+        if existing != record:
+            raise ValueError(
+                f"{root} already holds a synthetic data set made with {existing['spec']}; "
+                f"asked for {record['spec']}. Use another --out or remove it."
+            )
+    else:
+        with open(path, "w") as f:
+            json.dump(record, f, indent=2)
+    return [m for m in range(spec.maps) if not map_is_complete(root, m, spec)]
+
+
+def generate_dataset(root: str, spec: DatasetSpec, config: PropagationConfig = PropagationConfig(), workers: int = 1, progress: bool = False) -> str:
+    """Writes (or completes) a synthetic data set under `root`; returns `root`."""
+    todo = prepare_root(root, spec, config)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=spec.maps, initial=spec.maps - len(todo), unit="map", desc="synthetic maps")
+    if workers > 1 and len(todo) > 1:
+        import multiprocessing
+
+        with multiprocessing.get_context("spawn").Pool(workers) as pool:
+            for _ in pool.imap_unordered(_write_map_star, [(root, m, spec, config) for m in todo]):
+                bar and bar.update(1)
+    else:
+        for m in todo:
+            write_map(root, m, spec, config)
+            bar and bar.update(1)
+    if bar is not None:
+        bar.close()
+    return root
+
+
+def _write_map_star(args) -> None:
+    write_map(*args)

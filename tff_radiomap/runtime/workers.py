@@ -1,0 +1,281 @@
+"""TFF execution contexts whose worker processes end with the program.
+
+`import tensorflow_federated` installs a local C++ context that starts
+`tensorflow_federated/data/worker_binary` on first use and only stops it in a `__del__`, which is
+not reliably run at interpreter exit. The orphaned worker inherits stdout/stderr, so a caller
+reading the program's output (a pipe, a CI runner) hangs until it is killed.
+
+This module starts the worker itself, so that it owns the pid:
+- the worker's output goes to a log file, never to the caller's pipes;
+- on Linux the worker is started with PR_SET_PDEATHSIG, so the kernel kills it if this process
+  dies, even by SIGKILL;
+- `atexit` and SIGTERM/SIGINT handlers stop it on normal exit, exception and Ctrl-C.
+
+Use `local_execution_context()` (a context manager) or `install_local_context()` (for the whole
+process). `remote_execution_context(addresses)` spreads each round's clients over workers
+started elsewhere (`python -m programs.start_worker --port=P`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+
+import grpc
+import portpicker
+import tensorflow_federated as tff
+
+_GRPC_OPTIONS = [
+    ("grpc.max_message_length", 2 * 1000 * 1000 * 1000),
+    ("grpc.max_receive_message_length", 2 * 1000 * 1000 * 1000),
+    ("grpc.max_send_message_length", 2 * 1000 * 1000 * 1000),
+]
+_PR_SET_PDEATHSIG = 1
+
+
+def worker_binary_path() -> str:
+    """Path of the C++ worker shipped inside the tensorflow_federated wheel."""
+    path = os.path.join(os.path.dirname(tff.__file__), "data", "worker_binary")
+    if not os.path.isfile(path):
+        raise RuntimeError(f"TFF worker binary not found at {path}; is tensorflow-federated installed?")
+    return path
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: ask the kernel to SIGKILL the child when its parent dies."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:  # Not Linux: atexit and signal handlers still apply.
+        pass
+
+
+class WorkerProcess:
+    """One `worker_binary` process, owned by this Python process.
+
+    Attributes:
+      port: the gRPC port it serves on (localhost).
+      pid: its process id.
+      log_path: the file that receives its stdout and stderr.
+    """
+
+    def __init__(self, port: int | None = None, log_path: str | None = None, die_with_parent: bool = True):
+        self.port = port or portpicker.pick_unused_port()
+        if log_path is None:
+            fd, log_path = tempfile.mkstemp(prefix=f"tff_worker_{self.port}_", suffix=".log")
+            os.close(fd)
+        self.log_path = log_path
+        args = [worker_binary_path(), f"--port={self.port}", "--max_concurrent_computation_calls=-1"]
+        with open(log_path, "ab") as log:
+            self._process = subprocess.Popen(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent if die_with_parent else None,
+                close_fds=True,
+            )
+        self.pid = self._process.pid
+        _register(self)
+
+    @property
+    def address(self) -> str:
+        return f"localhost:{self.port}"
+
+    def alive(self) -> bool:
+        return self._process.poll() is None
+
+    def wait_ready(self, timeout_s: float = 60.0) -> grpc.Channel:
+        """Blocks until the worker answers gRPC; returns a channel to it."""
+        return wait_for_address(self.address, timeout_s, process=self)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Ends the worker: SIGINT, then SIGKILL if it has not exited after `timeout_s`."""
+        if self._process.poll() is None:
+            try:
+                self._process.send_signal(signal.SIGINT)
+                self._process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+            except ProcessLookupError:
+                pass
+        _unregister(self)
+
+
+def wait_for_address(address: str, timeout_s: float = 60.0, process: WorkerProcess | None = None) -> grpc.Channel:
+    """Returns a gRPC channel to `address` once a TFF worker answers there."""
+    channel = grpc.insecure_channel(address, _GRPC_OPTIONS)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            grpc.channel_ready_future(channel).result(timeout=1.0)
+            return channel
+        except grpc.FutureTimeoutError:
+            pass
+        if process is not None and not process.alive():
+            raise RuntimeError(f"TFF worker on {address} exited at start-up; see {process.log_path}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"No TFF worker answered on {address} within {timeout_s:.0f} s")
+
+
+# ---------------------------------------------------------------------------------------------
+# Process-wide registry: every worker we started is stopped at exit or on SIGTERM/SIGINT.
+_LIVE: dict[int, WorkerProcess] = {}
+_LOCK = threading.Lock()
+_HOOKS_INSTALLED = False
+
+
+def _register(worker: WorkerProcess) -> None:
+    global _HOOKS_INSTALLED
+    with _LOCK:
+        _LIVE[worker.pid] = worker
+        if not _HOOKS_INSTALLED:
+            atexit.register(stop_all_workers)
+            if threading.current_thread() is threading.main_thread():
+                for signum in (signal.SIGTERM, signal.SIGHUP):
+                    previous = signal.getsignal(signum)
+                    signal.signal(signum, _make_handler(previous))
+            _HOOKS_INSTALLED = True
+
+
+def _unregister(worker: WorkerProcess) -> None:
+    with _LOCK:
+        _LIVE.pop(worker.pid, None)
+
+
+def _make_handler(previous):
+    def handler(signum, frame):
+        stop_all_workers()
+        if callable(previous):
+            previous(signum, frame)
+        else:
+            sys.exit(128 + signum)
+
+    return handler
+
+
+def stop_all_workers() -> None:
+    """Stops every worker this process started and has not stopped yet."""
+    with _LOCK:
+        workers = list(_LIVE.values())
+    for worker in workers:
+        worker.stop()
+
+
+def live_worker_pids() -> list[int]:
+    """Pids of the workers this process started that are still registered."""
+    with _LOCK:
+        return sorted(_LIVE)
+
+
+# ---------------------------------------------------------------------------------------------
+# Execution contexts.
+def _executor_factory(channel: grpc.Channel, default_num_clients: int = 0):
+    stub = tff.framework.RemoteExecutorGrpcStub(channel)
+
+    def stack_fn(cardinalities):
+        if cardinalities.get(tff.CLIENTS) is None:
+            cardinalities[tff.CLIENTS] = default_num_clients
+        executor = tff.framework.RemoteExecutor(stub)
+        executor.set_cardinalities(cardinalities)
+        return executor
+
+    return tff.framework.ResourceManagingExecutorFactory(executor_stack_fn=stack_fn)
+
+
+def _context_kwargs():
+    # The same compiler and argument transforms as tff.backends.native's local C++ context.
+    from tensorflow_federated.python.core.backends.native import compiler
+    from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
+
+    return dict(
+        compiler_fn=compiler.desugar_and_transform_to_native,
+        transform_args=tensorflow_computation.transform_args,
+        transform_result=tensorflow_computation.transform_result,
+    )
+
+
+def sync_context_for(channel: grpc.Channel):
+    return tff.framework.SyncExecutionContext(executor_fn=_executor_factory(channel), **_context_kwargs())
+
+
+def async_context_for(channel: grpc.Channel):
+    return tff.framework.AsyncExecutionContext(executor_fn=_executor_factory(channel), **_context_kwargs())
+
+
+class LocalRuntime:
+    """A running local worker and the TFF context installed over it."""
+
+    def __init__(self, worker: WorkerProcess):
+        self.worker = worker
+        self.context = sync_context_for(worker.wait_ready())
+
+    def install(self) -> None:
+        tff.framework.set_default_context(self.context)
+
+    def restart(self) -> None:
+        """Replaces a dead (or live) worker with a fresh one and reinstalls the context."""
+        self.worker.stop()
+        self.worker = WorkerProcess()
+        self.context = sync_context_for(self.worker.wait_ready())
+        self.install()
+
+    def close(self) -> None:
+        self.worker.stop()
+
+
+_PROCESS_RUNTIME: LocalRuntime | None = None
+
+
+def install_local_context() -> LocalRuntime:
+    """Starts (once per process) a local worker we own and makes it TFF's default context."""
+    global _PROCESS_RUNTIME
+    if _PROCESS_RUNTIME is None or not _PROCESS_RUNTIME.worker.alive():
+        _PROCESS_RUNTIME = LocalRuntime(WorkerProcess())
+    _PROCESS_RUNTIME.install()
+    return _PROCESS_RUNTIME
+
+
+@contextlib.contextmanager
+def local_execution_context() -> Iterator[LocalRuntime]:
+    """Runs TFF computations on a fresh local worker that is stopped when the block ends."""
+    runtime = LocalRuntime(WorkerProcess())
+    runtime.install()
+    try:
+        yield runtime
+    finally:
+        runtime.close()
+
+
+def parse_addresses(spec: str) -> list[str]:
+    """'host:port,host:port' -> list; raises ValueError naming the bad entry."""
+    addresses = [a.strip() for a in spec.split(",") if a.strip()]
+    if not addresses:
+        raise ValueError(f"--workers={spec!r}: expected host:port[,host:port...]")
+    for address in addresses:
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"--workers entry {address!r}: expected host:port with a port in 1..65535")
+    return addresses
+
+
+@contextlib.contextmanager
+def remote_execution_context(addresses: Sequence[str], timeout_s: float = 60.0) -> Iterator[None]:
+    """Splits each computation's clients over the TFF workers at `addresses`.
+
+    Uses TFF's mergeable-computation context: every worker runs a share of the clients and the
+    partial aggregates are merged. The workers speak unauthenticated gRPC: private networks only.
+    """
+    contexts = [async_context_for(wait_for_address(a, timeout_s)) for a in addresses]
+    tff.backends.native.set_mergeable_comp_execution_context(contexts)
+    yield
