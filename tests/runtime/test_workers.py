@@ -1,0 +1,107 @@
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+
+def _gone(pid: int, wait_s: float = 20.0) -> bool:
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_local_context_runs_and_stops_its_worker():
+    import tensorflow_federated as tff
+
+    from tff_radiomap.runtime import workers
+
+    @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
+    def mean(x):
+        return tff.federated_mean(x)
+
+    with workers.local_execution_context() as runtime:
+        pid = runtime.worker.pid
+        assert mean([1.0, 2.0, 6.0]) == pytest.approx(3.0)
+        assert runtime.worker.alive() and pid in workers.live_worker_pids()
+        assert os.path.exists(runtime.worker.log_path)
+    assert _gone(pid) and pid not in workers.live_worker_pids()
+
+
+def test_restart_replaces_a_killed_worker():
+    import tensorflow_federated as tff
+
+    from tff_radiomap.runtime import workers
+
+    @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
+    def total(x):
+        return tff.federated_sum(x)
+
+    with workers.local_execution_context() as runtime:
+        old = runtime.worker.pid
+        os.kill(old, signal.SIGKILL)
+        assert _gone(old)
+        runtime.restart()
+        assert runtime.worker.pid != old
+        assert total([1.0, 2.0]) == pytest.approx(3.0)
+
+
+_CHILD = textwrap.dedent(
+    """
+    import sys, time
+    import numpy as np
+    import tensorflow_federated as tff
+    from tff_radiomap.runtime import workers
+    rt = workers.install_local_context()
+    @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
+    def mean(x):
+        return tff.federated_mean(x)
+    assert abs(mean([1.0, 3.0]) - 2.0) < 1e-6
+    print(rt.worker.pid, flush=True)
+    mode = sys.argv[1]
+    if mode == "raise":
+        raise RuntimeError("boom")
+    if mode == "wait":
+        time.sleep(120)
+    """
+)
+
+
+@pytest.mark.parametrize("mode, signum", [("exit", None), ("raise", None), ("wait", signal.SIGTERM), ("wait", signal.SIGINT), ("wait", signal.SIGKILL)])
+def test_worker_never_outlives_the_program(mode, signum):
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, mode],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+    pid = int(child.stdout.readline())
+    assert psutil.pid_exists(pid)
+    if signum is not None:
+        child.send_signal(signum)
+    # The pipe closes only when every holder of it is gone: the worker must not hold it.
+    rest = child.stdout.read()
+    child.wait(timeout=60)
+    assert rest == ""
+    assert _gone(pid), f"worker {pid} survived a program that ended by {mode}/{signum}"
+
+
+def test_parse_addresses():
+    from tff_radiomap.runtime import workers
+
+    assert workers.parse_addresses("a:1, b:2") == ["a:1", "b:2"]
+    for bad in ["", "host", "host:0", "host:x", ":80"]:
+        with pytest.raises(ValueError):
+            workers.parse_addresses(bad)
