@@ -1,0 +1,52 @@
+import dp_accounting
+import pytest
+from tensorflow_privacy.privacy.analysis import compute_dp_sgd_privacy_lib as tfp_lib
+
+from tff_radiomap.privacy import accounting
+
+
+def test_per_client_epsilon_equals_dp_accounting_directly():
+    acc = accounting.PerClientAccountant(delta=1e-5)
+    ev = dp_accounting.GaussianDpEvent(3.0)
+    for r in range(10):
+        acc.record_round([0, 1] if r % 2 else [0], ev)
+    assert acc.uploads(0) == 10 and acc.uploads(1) == 5
+    for k, n in [(0, 10), (1, 5)]:
+        direct = dp_accounting.rdp.RdpAccountant(accounting.DEFAULT_ORDERS).compose(
+            dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(3.0), n)
+        ).get_epsilon(1e-5)
+        assert acc.epsilon(k) == pytest.approx(direct, rel=1e-9)
+    assert acc.epsilon(0) > acc.epsilon(1)
+    assert acc.summary()["max_epsilon"] == pytest.approx(acc.epsilon(0))
+
+
+def test_mixed_events_compose():
+    acc = accounting.PerClientAccountant(delta=1e-6)
+    acc.record_round(["a"], dp_accounting.GaussianDpEvent(2.0))
+    acc.record_round(["a"], dp_accounting.GaussianDpEvent(4.0))
+    direct = accounting.epsilon_of(
+        dp_accounting.ComposedDpEvent([dp_accounting.GaussianDpEvent(2.0), dp_accounting.GaussianDpEvent(4.0)]), 1e-6
+    )
+    assert acc.epsilon("a") == pytest.approx(direct, rel=1e-9)
+
+
+def test_uniform_noise_agrees_with_tf_privacy_statement():
+    """n full-batch Gaussian uploads = TF-Privacy's DP-SGD example privacy with q = 1, n epochs."""
+    acc = accounting.PerClientAccountant(delta=1e-5)
+    for _ in range(25):
+        acc.record_round([7], dp_accounting.GaussianDpEvent(3.0))
+    ours = acc.epsilon(7)
+    theirs = tfp_lib._compute_dp_sgd_example_privacy(num_epochs=25, noise_multiplier=3.0, example_delta=1e-5, used_microbatching=False)
+    assert ours == pytest.approx(theirs, rel=0.02)  # Same RDP accountant, different order grids.
+    deprecated_eps, _ = tfp_lib.compute_dp_sgd_privacy(n=100, batch_size=100, noise_multiplier=3.0, epochs=25, delta=1e-5)
+    assert ours == pytest.approx(deprecated_eps, rel=0.02)
+
+
+def test_no_guarantee_is_reported_as_none():
+    acc = accounting.PerClientAccountant()
+    acc.record_round([1], dp_accounting.GaussianDpEvent(3.0))
+    acc.record_round([1, 2], None)
+    assert acc.epsilon(1) is None and acc.epsilon(2) is None
+    assert acc.summary()["max_epsilon"] is None
+    with pytest.raises(ValueError, match="delta=2"):
+        accounting.PerClientAccountant(delta=2)

@@ -1,0 +1,94 @@
+"""The adaptive allocator's inputs and network (paper 000, Eqs. (12)-(16)).
+
+Summary statistics Psi (Eq. (12)): for each group g, the masked L2 norm ||M_g (.) Delta||, the mean
+magnitude, the standard deviation and the size ratio d_g / d; then the global norm, the
+normalized round index r / R and the phase indicator. Norms are divided by the clip norm C and the
+per-coordinate statistics by C / sqrt(d_g), so that every input is O(1) whatever the model size.
+An empty group contributes zeros.
+
+The network f_eta is a one-hidden-layer tanh MLP from the summary to G logits (Eq. (13));
+softmax weights (Eq. (14)) are taken over the non-empty groups only. Its parameters eta are an
+OrderedDict of arrays (w1, b1, w2, b2), so they can live in a TFF aggregation state and be
+broadcast to clients.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import tensorflow as tf
+
+
+def summary_size(num_groups: int) -> int:
+    return 4 * num_groups + 3
+
+
+def summary_statistics(flat, group_ids, group_sizes, clip_norm: float, round_fraction, phase):
+    """s = Psi(Delta) (Eq. (12)) for one upload given as a list of tensors.
+
+    Args:
+      flat: list of float tensors (the upload).
+      group_ids: list of int32 tensors of the same shapes (group index per coordinate).
+      group_sizes: [G] d_g.
+      clip_norm: C, used to scale the statistics.
+      round_fraction: r / R in [0, 1].
+      phase: 0 or 1 (training stage).
+
+    Returns:
+      float32 [4G + 3].
+    """
+    sizes = tf.cast(tf.convert_to_tensor(group_sizes), tf.float32)
+    g = int(sizes.shape[0])
+    sq = tf.zeros([g])
+    absum = tf.zeros([g])
+    total = tf.zeros([g])
+    for x, ids in zip(flat, group_ids):
+        x = tf.reshape(tf.cast(x, tf.float32), [-1])
+        ids = tf.reshape(ids, [-1])
+        sq += tf.math.unsorted_segment_sum(tf.square(x), ids, g)
+        absum += tf.math.unsorted_segment_sum(tf.abs(x), ids, g)
+        total += tf.math.unsorted_segment_sum(x, ids, g)
+    safe = tf.maximum(sizes, 1.0)
+    norm_g = tf.sqrt(sq)
+    mean_abs = absum / safe
+    mean = total / safe
+    std = tf.sqrt(tf.maximum(sq / safe - tf.square(mean), 0.0))
+    per_coord_scale = clip_norm / tf.sqrt(safe)
+    d = tf.reduce_sum(sizes)
+    present = tf.cast(sizes > 0, tf.float32)
+    per_group = tf.stack([norm_g / clip_norm, mean_abs / per_coord_scale, std / per_coord_scale, sizes / d], axis=1) * present[:, None]
+    global_norm = tf.sqrt(tf.reduce_sum(sq)) / clip_norm
+    tail = tf.stack([global_norm, tf.cast(round_fraction, tf.float32), tf.cast(phase, tf.float32)])
+    return tf.concat([tf.reshape(per_group, [-1]), tail], axis=0)
+
+
+def init_params(num_groups: int, group_sizes, hidden: int = 16, seed: int = 0, init: str = "proportional") -> collections.OrderedDict:
+    """Initial eta. `init='proportional'` starts at w_g = d_g / d (i.e. Uniform Noise);
+    `init='uniform'` at w_g = 1 / G."""
+    rng = np.random.default_rng(seed)
+    n_in = summary_size(num_groups)
+    sizes = np.asarray(group_sizes, np.float64)
+    if init == "proportional":
+        b2 = np.log(np.maximum(sizes, 1.0) / max(sizes.sum(), 1.0))
+    elif init == "uniform":
+        b2 = np.zeros(num_groups)
+    else:
+        raise ValueError(f"init={init!r}: expected 'proportional' or 'uniform'")
+    return collections.OrderedDict(
+        w1=(rng.standard_normal((n_in, hidden)) / np.sqrt(n_in)).astype(np.float32),
+        b1=np.zeros(hidden, np.float32),
+        w2=(0.01 * rng.standard_normal((hidden, num_groups))).astype(np.float32),
+        b2=b2.astype(np.float32),
+    )
+
+
+def logits(eta, summary):
+    """a = f_eta(s) (Eq. (13)); `summary` is [4G+3] or [N, 4G+3]."""
+    s = tf.convert_to_tensor(summary, tf.float32)
+    squeeze = s.shape.rank == 1
+    if squeeze:
+        s = s[None, :]
+    h = tf.tanh(tf.matmul(s, eta["w1"]) + eta["b1"])
+    out = tf.matmul(h, eta["w2"]) + eta["b2"]
+    return out[0] if squeeze else out
