@@ -1,0 +1,225 @@
+"""Client-side clipping and group-wise Gaussian noise as a `tff.aggregators` factory.
+
+The four privacy defenses of paper 000 share one shape, implemented here once:
+
+    client:  clip the update to L2 norm C (Eq. (17)); add N(0, sigma_g^2) to every coordinate of
+             group g (Eqs. (18)-(19)); upload.
+    inner:   aggregate the privatized uploads with an inner factory (a mean by default).
+    server:  advance the defense's own state (round counter, allocator parameters).
+
+The noise is added before upload, so an observer of individual uploads sees it (unlike TFF's
+`DifferentiallyPrivateFactory`, which adds noise to the sum on the server). A subclass decides
+only the per-group sigmas (`_client_sigmas`) and, optionally, server-side parameters
+(`_initial_extras`, `_update_extras`) that are broadcast to clients.
+
+One factory object serves both kinds of TFF pipeline: `create(value_type)` builds an unweighted
+process (for `build_unweighted_fed_avg`), `create(value_type, weight_type)` a weighted one (for
+`build_weighted_fed_avg`); the inner factory defaults to the matching mean.
+
+Measurements (means over the round's clients): `norm_before_clip`, `clipped_fraction`,
+`norm_after_clip`, `sigma` and `energy` per group, `budget_spent` (sum_g d_g sigma_g^2) and
+`budget` (B), plus the inner factory's under `inner`.
+
+Randomness: with `seed=None` (the default) the noise comes from TensorFlow's unseeded generator,
+fresh on every call. With an integer seed it is reproducible: the server state carries a seed that
+advances every round, and each client mixes in a hash of its own clipped update so that clients of
+one round draw different noise. Reproducible noise is for experiments; a deployment should keep
+`seed=None`.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_radiomap.privacy import budget as budget_lib
+from tff_radiomap.privacy.groups import ParameterGroups
+
+
+class ClientPerturbationFactory(tff.aggregators.UnweightedAggregationFactory, tff.aggregators.WeightedAggregationFactory):
+    """Base: clip at `clip_norm`, add per-group noise on the client, aggregate with `inner_factory`."""
+
+    def __init__(
+        self,
+        clip_norm: float,
+        noise_multiplier: float = 0.0,
+        groups: ParameterGroups | None = None,
+        inner_factory=None,
+        seed: int | None = None,
+    ):
+        if not np.isfinite(clip_norm) or clip_norm <= 0:
+            raise ValueError(f"clip_norm={clip_norm}: expected a positive finite number")
+        if not np.isfinite(noise_multiplier) or noise_multiplier < 0:
+            raise ValueError(f"noise_multiplier={noise_multiplier}: expected a non-negative finite number")
+        self.clip_norm = float(clip_norm)
+        self.noise_multiplier = float(noise_multiplier)
+        self.groups = groups
+        self.inner_factory = inner_factory
+        self.seed = seed
+
+    # -- hooks for subclasses -----------------------------------------------------------------
+    def _initial_extras(self, groups: ParameterGroups) -> collections.OrderedDict:
+        """Server-held defense parameters (numpy values), broadcast to clients every round."""
+        return collections.OrderedDict()
+
+    def _update_extras(self, extras):
+        """Server-side update of the extras after a round (TF code)."""
+        return extras
+
+    def _client_sigmas(self, extras, clipped_flat, group_ids, groups: ParameterGroups):
+        """Per-group sigma [G] for one client's clipped update (TF code)."""
+        raise NotImplementedError
+
+    def _perturb(self, extras, clipped, group_ids, groups: ParameterGroups, seeds):
+        """Adds the group-wise noise of Eqs. (18)-(19); returns (noised list, sigma [G]).
+
+        `seeds` is None (unseeded noise) or a list of 2 * len(clipped) stateless seeds.
+        """
+        sigma = tf.cast(self._client_sigmas(extras, clipped, group_ids, groups), tf.float32)
+        seeds = seeds or [None] * len(clipped)
+        noised = [c + self._noise(tf.shape(c), tf.gather(sigma, i), s) for c, i, s in zip(clipped, group_ids, seeds)]
+        return noised, sigma
+
+    def _clip(self, flat):
+        """Global L2 clipping (Eq. (17)); returns (clipped list, norm before clipping)."""
+        clipped, norm = tf.clip_by_global_norm(flat, self.clip_norm)
+        return clipped, norm
+
+    def _noise(self, shape, sigma, seed):
+        """Standard normal noise scaled per coordinate by `sigma` (a tensor of `shape`)."""
+        if seed is None:
+            return tf.random.normal(shape) * sigma
+        return tf.random.stateless_normal(shape, seed=seed) * sigma
+
+    # -- the TFF process ----------------------------------------------------------------------
+    def budget(self, groups: ParameterGroups | None = None) -> float:
+        """B = d (C nu)^2 for the given (or the factory's) groups."""
+        groups = groups or self.groups
+        return budget_lib.total_budget(groups.num_coordinates, self.clip_norm, self.noise_multiplier)
+
+    def _groups_for(self, value_type) -> tuple[list, ParameterGroups]:
+        tensor_types = list(tff.structure.flatten(value_type))
+        for t in tensor_types:
+            if not np.issubdtype(t.dtype, np.floating):
+                raise TypeError(f"{type(self).__name__} needs floating-point values, got {t}")
+        shapes = [tuple(t.shape) for t in tensor_types]
+        groups = self.groups or ParameterGroups.single(shapes)
+        groups.check_shapes(shapes)
+        return tensor_types, groups
+
+    def _inner_for(self, weighted: bool):
+        inner = self.inner_factory
+        if inner is None:
+            return tff.aggregators.MeanFactory() if weighted else tff.aggregators.UnweightedMeanFactory()
+        wanted = tff.aggregators.WeightedAggregationFactory if weighted else tff.aggregators.UnweightedAggregationFactory
+        if not isinstance(inner, wanted):
+            kind = "weighted" if weighted else "unweighted"
+            raise TypeError(f"{type(self).__name__} was created as {kind}, but its inner factory {inner!r} is not a {wanted.__name__}")
+        return inner
+
+    def create(self, value_type, weight_type=None) -> tff.templates.AggregationProcess:
+        weighted = weight_type is not None
+        tensor_types, groups = self._groups_for(value_type)
+        inner = self._inner_for(weighted)
+        inner_process = inner.create(value_type, weight_type) if weighted else inner.create(value_type)
+        budget = np.float32(self.budget(groups))
+        sizes = groups.sizes.astype(np.float32)
+        extras0 = self._initial_extras(groups)
+        if self.seed is not None:
+            extras0["seed"] = np.array([self.seed, 0], np.int64)
+        defense = self
+
+        @tff.tensorflow.computation
+        def initial_extras():
+            return tf.nest.map_structure(tf.constant, extras0)
+
+        extras_type = initial_extras.type_signature.result
+
+        @tff.tensorflow.computation(value_type, extras_type)
+        def client_perturb(value, extras):
+            flat = tf.nest.flatten(value)
+            ids = [tf.constant(a) for a in groups.ids]
+            clipped, norm = defense._clip(flat)
+            seeds = None
+            if "seed" in extras:
+                salt = _update_hash(clipped)
+                seeds = [tf.stack([tf.bitwise.bitwise_xor(extras["seed"][0], salt), extras["seed"][1] * 1000003 + i]) for i in range(2 * len(flat))]
+            noised, sigma = defense._perturb(extras, clipped, ids, groups, seeds)
+            after = tf.linalg.global_norm(clipped)
+            measurements = collections.OrderedDict(
+                norm_before_clip=norm,
+                norm_after_clip=after,
+                clipped_fraction=tf.cast(norm > defense.clip_norm, tf.float32),
+                sigma=sigma,
+                energy=tf.constant(sizes) * tf.square(sigma),
+                budget_spent=budget_lib.spent_budget(sigma, sizes),
+                budget=tf.constant(budget),
+            )
+            return tf.nest.pack_sequence_as(value, noised), measurements
+
+        @tff.tensorflow.computation(extras_type)
+        def update_extras(extras):
+            new = defense._update_extras(extras)
+            if "seed" in extras:
+                new = collections.OrderedDict(new)
+                new["seed"] = extras["seed"] + tf.constant([0, 1], tf.int64)
+            return new
+
+        @tff.federated_computation
+        def init_fn():
+            return tff.federated_zip(
+                collections.OrderedDict(extras=tff.federated_eval(initial_extras, tff.SERVER), inner=inner_process.initialize())
+            )
+
+        def next_impl(state, value, weight=None):
+            # Client work: broadcast the defense parameters, clip and perturb every upload.
+            client_extras = tff.federated_broadcast(state.extras)
+            noised, client_measurements = tff.federated_map(client_perturb, (value, client_extras))
+            # Inner aggregation of the privatized uploads.
+            inner_out = inner_process.next(state.inner, noised) if weight is None else inner_process.next(state.inner, noised, weight)
+            # Server work: advance the defense's state.
+            new_state = collections.OrderedDict(extras=tff.federated_map(update_extras, state.extras), inner=inner_out.state)
+            measurements = collections.OrderedDict(defense=tff.federated_mean(client_measurements), inner=inner_out.measurements)
+            return tff.templates.MeasuredProcessOutput(
+                state=tff.federated_zip(new_state), result=inner_out.result, measurements=tff.federated_zip(measurements)
+            )
+
+        state_type = init_fn.type_signature.result
+        value_at_clients = tff.FederatedType(value_type, tff.CLIENTS)
+        if weighted:
+
+            @tff.federated_computation(state_type, value_at_clients, tff.FederatedType(weight_type, tff.CLIENTS))
+            def next_fn(state, value, weight):
+                return next_impl(state, value, weight)
+
+        else:
+
+            @tff.federated_computation(state_type, value_at_clients)
+            def next_fn(state, value):
+                return next_impl(state, value)
+
+        return tff.templates.AggregationProcess(init_fn, next_fn)
+
+
+def _update_hash(flat) -> tf.Tensor:
+    """An int64 fingerprint of a list of float tensors (for per-client noise seeds)."""
+    parts = [tf.reduce_sum(tf.cast(tf.bitcast(tf.reshape(t, [-1]), tf.int32), tf.int64) * (2 * i + 1)) for i, t in enumerate(flat)]
+    return tf.add_n(parts) if parts else tf.constant(0, tf.int64)
+
+
+def with_extras(aggregator_state, **updates):
+    """Returns an aggregation state with some defense extras replaced (e.g. allocator params).
+
+    `aggregator_state` is the state of a process created by a `ClientPerturbationFactory`
+    (an OrderedDict with 'extras' and 'inner'), as found in a learning process's
+    `state.aggregator`.
+    """
+    extras = collections.OrderedDict(aggregator_state["extras"])
+    for key, value in updates.items():
+        if key not in extras:
+            raise KeyError(f"aggregator state has no extra {key!r}; it has {list(extras)}")
+        extras[key] = value
+    return collections.OrderedDict(extras=extras, inner=aggregator_state["inner"])

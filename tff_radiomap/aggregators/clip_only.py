@@ -1,0 +1,18 @@
+"""Clip Only: L2 clipping of every upload at C, no noise (paper 000, Section IV)."""
+
+import tensorflow as tf
+
+from tff_radiomap.aggregators.client_perturbation import ClientPerturbationFactory
+
+
+class ClipOnlyFactory(ClientPerturbationFactory):
+    """Clips each client update to L2 norm `clip_norm` before upload; adds no noise.
+
+    Its measured `budget` is 0: it spends none of the perturbation budget.
+    """
+
+    def __init__(self, clip_norm: float, groups=None, inner_factory=None):
+        super().__init__(clip_norm, noise_multiplier=0.0, groups=groups, inner_factory=inner_factory)
+
+    def _client_sigmas(self, extras, clipped_flat, group_ids, groups):
+        return tf.zeros([groups.num_groups], tf.float32)
