@@ -108,6 +108,31 @@ def place_transmitters(rng: np.random.Generator, buildings: np.ndarray, count: i
     return np.stack(np.divmod(chosen, size), axis=1)
 
 
+PLACEMENTS = ("random", "quadrants")
+
+
+def place_in_quadrants(rng: np.random.Generator, buildings: np.ndarray, count: int = 4) -> np.ndarray:
+    """[count, 2] (row, col): transmitter q at an outdoor pixel in the central half of quadrant q
+    (row-major: top-left, top-right, bottom-left, bottom-right), e.g. EPFL-REMNet's four base
+    stations spread over the map. Falls back to the whole quadrant if its centre is all built."""
+    if count != 4:
+        raise ValueError(f"placement 'quadrants' places 4 transmitters, asked for {count}")
+    size = buildings.shape[0]
+    half, lo, hi = size // 2, size // 8, size // 2 - size // 8
+    chosen = []
+    for top in (0, half):
+        for left in (0, half):
+            for a, b in ((lo, hi), (2, half - 2)):
+                window = ~buildings[top + a : top + b, left + a : left + b]
+                if window.any():
+                    r, c = np.argwhere(window)[rng.integers(window.sum())]
+                    chosen.append((top + a + r, left + a + c))
+                    break
+            else:
+                raise ValueError(f"quadrant at row {top}, col {left} has no outdoor pixel for a transmitter")
+    return np.asarray(chosen, dtype=np.int64)
+
+
 # ---------------------------------------------------------------------------------------------
 # Geometry: polar ray sweeps.
 class _PolarGrid:
@@ -246,11 +271,12 @@ def map_seed(seed: int, map_index: int) -> np.random.SeedSequence:
     return np.random.SeedSequence([seed, map_index])
 
 
-def write_map(root: str, map_index: int, spec: DatasetSpec, config: PropagationConfig = PropagationConfig()) -> None:
+def write_map(root: str, map_index: int, spec: DatasetSpec, config: PropagationConfig = PropagationConfig(), placement: str = "random") -> None:
     """Generates map `map_index` with its transmitters and writes it; reproducible from the seed."""
     city_seq, tx_seq, corner_seq = map_seed(spec.seed, map_index).spawn(3)
     buildings = generate_city(np.random.default_rng(city_seq), spec.size)
-    txs = place_transmitters(np.random.default_rng(tx_seq), buildings, spec.transmitters)
+    place = place_in_quadrants if placement == "quadrants" else place_transmitters
+    txs = place(np.random.default_rng(tx_seq), buildings, spec.transmitters)
     dirs = layout_dirs(root, spec.simulation)
     propagation = MapPropagation(buildings, config, seed=int(corner_seq.generate_state(1)[0]))
     for t, (row, col) in enumerate(txs):
@@ -275,7 +301,7 @@ def map_is_complete(root: str, map_index: int, spec: DatasetSpec) -> bool:
 SPEC_FILE = "synthetic_spec.json"
 
 
-def prepare_root(root: str, spec: DatasetSpec, config: PropagationConfig = PropagationConfig()) -> list[int]:
+def prepare_root(root: str, spec: DatasetSpec, config: PropagationConfig = PropagationConfig(), placement: str = "random") -> list[int]:
     """Creates the folders and records the spec; returns the maps still to write.
 
     Raises ValueError if `root` already holds a synthetic set made with a different spec, so
@@ -283,7 +309,11 @@ def prepare_root(root: str, spec: DatasetSpec, config: PropagationConfig = Propa
     """
     for d in layout_dirs(root, spec.simulation).values():
         os.makedirs(d, exist_ok=True)
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement={placement!r}: expected one of {PLACEMENTS}")
     record = {"spec": dataclasses.asdict(spec), "propagation": dataclasses.asdict(config)}
+    if placement != "random":  # Recorded only when set, so existing sets keep their record.
+        record["placement"] = placement
     path = os.path.join(root, SPEC_FILE)
     if os.path.exists(path):
         with open(path) as f:
@@ -299,9 +329,11 @@ def prepare_root(root: str, spec: DatasetSpec, config: PropagationConfig = Propa
     return [m for m in range(spec.maps) if not map_is_complete(root, m, spec)]
 
 
-def generate_dataset(root: str, spec: DatasetSpec, config: PropagationConfig = PropagationConfig(), workers: int = 1, progress: bool = False) -> str:
+def generate_dataset(
+    root: str, spec: DatasetSpec, config: PropagationConfig = PropagationConfig(), workers: int = 1, progress: bool = False, placement: str = "random"
+) -> str:
     """Writes (or completes) a synthetic data set under `root`; returns `root`."""
-    todo = prepare_root(root, spec, config)
+    todo = prepare_root(root, spec, config, placement)
     bar = None
     if progress:
         from tqdm import tqdm
@@ -311,11 +343,11 @@ def generate_dataset(root: str, spec: DatasetSpec, config: PropagationConfig = P
         import multiprocessing
 
         with multiprocessing.get_context("spawn").Pool(workers) as pool:
-            for _ in pool.imap_unordered(_write_map_star, [(root, m, spec, config) for m in todo]):
+            for _ in pool.imap_unordered(_write_map_star, [(root, m, spec, config, placement) for m in todo]):
                 bar and bar.update(1)
     else:
         for m in todo:
-            write_map(root, m, spec, config)
+            write_map(root, m, spec, config, placement)
             bar and bar.update(1)
     if bar is not None:
         bar.close()
