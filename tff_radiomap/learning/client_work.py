@@ -1,0 +1,108 @@
+"""`tff.learning.templates.ClientWorkProcess` that trains one RadioUNet phase on each client.
+
+Each selected client k starts from the broadcast global weights theta_r, runs its local training
+(`local_training.LocalSteps`) and uploads theta_r - theta_loc (TFF's sign convention: the negative
+of Eq. (6)), restricted to the phase's trainable weights, with the weight n_k = the number of
+examples it trained on (Eq. (5)). A client whose update is not finite uploads zeros with weight 0.
+
+State: the client optimizer's hyperparameters (as in `tff.learning`'s model-delta client work).
+Measurements: `train_loss` (the examples' loss before their step, averaged over all clients'
+examples) and `num_examples`.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_radiomap.learning import keras_wrap, local_training
+from tff_radiomap.models import radiounet
+
+
+def _weights_type(config: radiounet.RadioUNetConfig, phase: keras_wrap.Phase):
+    with keras_wrap.keras_graph():
+        model = keras_wrap.build_phase_model(config, phase)
+        weights = tff.learning.models.ModelWeights.from_model(model)
+        specs = tf.nest.map_structure(lambda v: tf.TensorSpec(v.shape, v.dtype), weights)
+    return tff.types.tensorflow_to_type(specs)
+
+
+def build_client_work(
+    config: radiounet.RadioUNetConfig,
+    phase: keras_wrap.Phase,
+    optimizer: tff.learning.optimizers.Optimizer,
+    local_steps: local_training.LocalSteps,
+) -> tff.learning.templates.ClientWorkProcess:
+    """Client work training `phase` of the network `config` with `optimizer`."""
+    data_type = tff.SequenceType(tff.types.tensorflow_to_type(keras_wrap.batch_spec(config.resolution)))
+    weights_type = _weights_type(config, phase)
+    train = local_training.TRAINERS[local_steps]
+    initial_hparams = optimizer.get_hparams(optimizer.initialize(tf.TensorSpec([], tf.float32)))
+
+    @tff.federated_computation
+    def init_fn():
+        return tff.federated_value(initial_hparams, tff.SERVER)
+
+    hparams_type = init_fn.type_signature.result.member
+
+    @tff.tensorflow.computation(hparams_type, weights_type, data_type)
+    def client_update(hparams, initial_weights, dataset):
+        model = keras_wrap.build_phase_model(config, phase)
+        weights = tff.learning.models.ModelWeights.from_model(model)
+
+        @tf.function
+        def run(initial_weights, dataset):
+            tf.nest.map_structure(lambda v, w: v.assign(w), weights, initial_weights)
+            state = optimizer.set_hparams(local_training.initial_optimizer_state(optimizer, model), hparams)
+            _, loss_sum, count = train(model, optimizer, state, dataset)
+            update = tf.nest.map_structure(tf.subtract, initial_weights.trainable, weights.trainable)
+            update, non_finite = _zero_if_non_finite(update)
+            weight = tf.where(non_finite, 0.0, tf.cast(count, tf.float32))
+            measurements = collections.OrderedDict(loss_sum=loss_sum, num_examples=count)
+            return tff.learning.templates.ClientResult(update=update, update_weight=weight), measurements
+
+        return run(initial_weights, dataset)
+
+    @tff.tensorflow.computation
+    def finalize_measurements(sums):
+        count = tf.cast(sums["num_examples"], tf.float32)
+        return collections.OrderedDict(
+            train_loss=sums["loss_sum"] / tf.maximum(count, 1.0), num_examples=sums["num_examples"]
+        )
+
+    @tff.federated_computation(
+        init_fn.type_signature.result,
+        tff.FederatedType(weights_type, tff.CLIENTS),
+        tff.FederatedType(data_type, tff.CLIENTS),
+    )
+    def next_fn(state, weights, client_data):
+        # Client work: local training from the broadcast weights.
+        results, client_measurements = tff.federated_map(
+            client_update, (tff.federated_broadcast(state), weights, client_data)
+        )
+        # Measurements: example-weighted training loss over the round's clients.
+        measurements = tff.federated_map(finalize_measurements, tff.federated_sum(client_measurements))
+        return tff.templates.MeasuredProcessOutput(state, results, measurements)
+
+    @tff.tensorflow.computation(hparams_type)
+    def get_hparams_fn(state):
+        return state
+
+    @tff.tensorflow.computation(hparams_type, hparams_type)
+    def set_hparams_fn(state, hparams):
+        del state
+        return hparams
+
+    return tff.learning.templates.ClientWorkProcess(
+        init_fn, next_fn, get_hparams_fn=get_hparams_fn, set_hparams_fn=set_hparams_fn
+    )
+
+
+def _zero_if_non_finite(update):
+    """(update, False) if every value of `update` is finite, else (zeros like it, True)."""
+    flat = tf.nest.flatten(update)
+    finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in flat])
+    zeroed = [tf.where(finite, t, tf.zeros_like(t)) for t in flat]
+    return tf.nest.pack_sequence_as(update, zeroed), tf.logical_not(finite)

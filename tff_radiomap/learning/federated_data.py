@@ -1,0 +1,92 @@
+"""The clients' data and every random choice of a round, as pure functions of (seed, round).
+
+A map-level train/validation/test split comes first, then the training maps are dealt to the
+clients (`radiomapseer.split_maps`, `partition_maps`). Per round r:
+    - `sample_clients(seed, r, K, m)`: the m of K clients taking part, drawn without replacement;
+    - `client_dataset(k, r)`: client k's samples, reshuffled for each local epoch, in batches.
+Both depend on (seed, r, k) only, so a run resumed at round r draws what an uninterrupted run
+draws, and the centralised reference sees the same number of samples per round.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+import numpy as np
+import tensorflow as tf
+
+from tff_radiomap.data import radiomapseer
+
+# Stream ids keep the random streams of different purposes independent for the same seed.
+_SAMPLING, _SHUFFLE, _CENTRAL = 1, 2, 3
+
+
+def sample_clients(seed: int, round_num: int, num_clients: int, clients_per_round: int) -> np.ndarray:
+    """Sorted ids of the clients taking part in `round_num`."""
+    if not 1 <= clients_per_round <= num_clients:
+        raise ValueError(f"clients_per_round={clients_per_round}: expected 1..{num_clients}")
+    rng = np.random.default_rng([seed, _SAMPLING, round_num])
+    return np.sort(rng.choice(num_clients, clients_per_round, replace=False))
+
+
+def epoch_order(n: int, seed: int, round_num: int, stream: int, index: int, epochs: int) -> np.ndarray:
+    """`epochs` concatenated permutations of range(n), a pure function of its arguments."""
+    rng = np.random.default_rng([seed, stream, round_num, index])
+    return np.concatenate([rng.permutation(n) for _ in range(epochs)]) if n else np.zeros(0, np.int64)
+
+
+def batched(x: np.ndarray, y: np.ndarray, batch_size: int) -> tf.data.Dataset:
+    return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(x=x, y=y)).batch(batch_size)
+
+
+@dataclasses.dataclass
+class FederatedRadioMaps:
+    """Training samples per client, and the validation and test sets, in memory.
+
+    clients[k] = (x [n_k,r,r,2], y [n_k,r,r,1]); val / test = (x, y).
+    """
+
+    clients: list
+    val: tuple
+    test: tuple
+    seed: int
+
+    @classmethod
+    def load(
+        cls,
+        data: radiomapseer.RadioMapSeer,
+        num_clients: int,
+        seed: int,
+        val_fraction: float = 0.15,
+        test_fraction: float = 0.15,
+    ) -> "FederatedRadioMaps":
+        split = radiomapseer.split_maps(len(data.map_ids), val_fraction, test_fraction, seed)
+        parts = radiomapseer.partition_maps(split.train, num_clients, seed)
+        clients = []
+        for part in parts:
+            a = data.arrays(part)
+            clients.append((a["x"], a["y"]))
+        val = data.arrays(split.val)
+        test = data.arrays(split.test)
+        return cls(clients, (val["x"], val["y"]), (test["x"], test["y"]), seed)
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.clients)
+
+    def client_sizes(self) -> np.ndarray:
+        return np.asarray([len(x) for x, _ in self.clients], np.int64)
+
+    def client_dataset(self, k: int, round_num: int, batch_size: int, epochs: int = 1) -> tf.data.Dataset:
+        """Client k's `epochs` local epochs of round `round_num`, in batches."""
+        x, y = self.clients[k]
+        order = epoch_order(len(x), self.seed, round_num, _SHUFFLE, k, epochs)
+        return batched(x[order], y[order], batch_size)
+
+    def round_datasets(self, clients, round_num: int, batch_size: int, epochs: int = 1) -> list:
+        return [self.client_dataset(int(k), round_num, batch_size, epochs) for k in clients]
+
+    def pooled_train(self) -> tuple[np.ndarray, np.ndarray]:
+        """All clients' samples together (for the centralised reference)."""
+        return np.concatenate([x for x, _ in self.clients]), np.concatenate([y for _, y in self.clients])

@@ -1,0 +1,109 @@
+"""A client's local training (Eq. (4)) on one Keras model, shared by every place that trains.
+
+The same two functions run inside the TFF client work (`client_work.py`), in the centralised
+reference (`centralised.py`) and eagerly for the attack (`local_updates`), so the updates an
+attacker observes are produced by exactly the code the clients run.
+
+Modes:
+    EPOCHS:      one optimizer step per batch, over every batch of the data set (FedAvg; the data
+                 set holds the client's local epochs).
+    ONE_STEP:    the gradient of the mean loss over the whole data set, then one optimizer step
+                 (FedSGD).
+"""
+
+from __future__ import annotations
+
+import enum
+
+import tensorflow as tf
+
+from tff_radiomap.learning.keras_wrap import mse_loss
+
+
+class LocalSteps(enum.Enum):
+    EPOCHS = "epochs"
+    ONE_STEP = "one_step"
+
+
+def _assign(variables, values):
+    for variable, value in zip(variables, values):
+        variable.assign(value)
+
+
+def _batch_gradient(model, batch):
+    with tf.GradientTape() as tape:
+        loss = mse_loss(batch["y"], model(batch["x"], training=True))
+    return loss, tape.gradient(loss, model.trainable_variables)
+
+
+def train_epochs(model: tf.keras.Model, optimizer, optimizer_state, dataset: tf.data.Dataset):
+    """One `optimizer` step per batch of `dataset` on `model`'s trainable variables (in place).
+
+    Returns (optimizer_state, loss_sum, num_examples): the loss summed over the examples, each
+    batch's loss taken before its step.
+    """
+    variables = model.trainable_variables
+
+    def step(carry, batch):
+        opt_state, loss_sum, count = carry
+        loss, grads = _batch_gradient(model, batch)
+        opt_state, updated = optimizer.next(opt_state, tuple(variables), tuple(grads))
+        _assign(variables, updated)
+        n = tf.shape(batch["y"], out_type=tf.int64)[0]
+        return opt_state, loss_sum + loss * tf.cast(n, tf.float32), count + n
+
+    zero = (optimizer_state, tf.constant(0.0), tf.constant(0, tf.int64))
+    return dataset.reduce(zero, step)
+
+
+def train_one_step(model: tf.keras.Model, optimizer, optimizer_state, dataset: tf.data.Dataset):
+    """One `optimizer` step on the gradient of the mean loss over all of `dataset` (in place).
+
+    Returns (optimizer_state, loss_sum, num_examples), the loss taken before the step.
+    """
+    variables = model.trainable_variables
+
+    def accumulate(carry, batch):
+        grad_sums, loss_sum, count = carry
+        loss, grads = _batch_gradient(model, batch)
+        n = tf.shape(batch["y"], out_type=tf.int64)[0]
+        nf = tf.cast(n, tf.float32)
+        grad_sums = tuple(s + g * nf for s, g in zip(grad_sums, grads))
+        return grad_sums, loss_sum + loss * nf, count + n
+
+    zero = (tuple(tf.zeros_like(v) for v in variables), tf.constant(0.0), tf.constant(0, tf.int64))
+    grad_sums, loss_sum, count = dataset.reduce(zero, accumulate)
+    denominator = tf.maximum(tf.cast(count, tf.float32), 1.0)
+    grads = tuple(s / denominator for s in grad_sums)
+    optimizer_state, updated = optimizer.next(optimizer_state, tuple(variables), grads)
+    _assign(variables, updated)
+    return optimizer_state, loss_sum, count
+
+
+TRAINERS = {LocalSteps.EPOCHS: train_epochs, LocalSteps.ONE_STEP: train_one_step}
+
+
+def initial_optimizer_state(optimizer, model: tf.keras.Model):
+    specs = tuple(tf.TensorSpec(v.shape, v.dtype) for v in model.trainable_variables)
+    return optimizer.initialize(specs)
+
+
+def local_updates(model: tf.keras.Model, optimizer, x, y, steps: int):
+    """The uploads of `steps` local steps on one batch (x, y), from `model`'s current weights.
+
+    Runs eagerly (wrap in `tf.function` for speed); `model` ends at its starting weights. Returns a
+    list of `steps` lists of tensors: entry s is the upload after s+1 steps, theta_r - theta_loc
+    (the negative of Eq. (6), TFF's sign convention), one tensor per trainable variable.
+    """
+    variables = model.trainable_variables
+    start = [tf.identity(v) for v in variables]
+    state = initial_optimizer_state(optimizer, model)
+    batch = {"x": tf.convert_to_tensor(x, tf.float32), "y": tf.convert_to_tensor(y, tf.float32)}
+    uploads = []
+    for _ in range(steps):
+        _, grads = _batch_gradient(model, batch)
+        state, updated = optimizer.next(state, tuple(variables), tuple(grads))
+        _assign(variables, updated)
+        uploads.append([s - v for s, v in zip(start, variables)])
+    _assign(variables, start)
+    return uploads

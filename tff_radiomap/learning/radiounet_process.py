@@ -1,0 +1,216 @@
+"""Federated training of the two-stage RadioUNet as TFF learning processes (Section II, Eq. (5)).
+
+One `tff.learning.templates.LearningProcess` trains one phase (`keras_wrap.Phase`); it is composed
+from `tff.learning` pieces: broadcast distributor, the RadioUNet client work (`client_work.py`),
+the model-update aggregator (any `tff.aggregators` factory), and a server-optimizer finalizer.
+Round r of a phase:
+
+    broadcast theta_r -> clients train locally -> upload theta_r - theta_loc (the phase's trainable
+    weights) -> aggregate (weighted by n_k, Eq. (5), or as the factory decides) -> server optimizer.
+
+`PhasedProcess` strings phase processes together over the rounds of one run:
+    `build_two_stage_process` (No Defense): rounds 1..R1 train stage 1; rounds R1+1..R train
+        stage 2 with stage 1 frozen and its prediction as context;
+    `build_fedsgd_process`: every round, one local gradient step on both stages jointly.
+A federated computation cannot branch on a server value, so the switch of phase is made here, in
+Python, between rounds: the stage-2 process starts from the stage-1 process's final weights, with
+the fresh aggregator and server-optimizer states of its own `initialize()`.
+
+`model_aggregator` takes a `tff.aggregators.WeightedAggregationFactory` (client weights n_k reach
+it) or an `UnweightedAggregationFactory` (wrapped with `tff.aggregators.as_weighted_aggregator`;
+the clients are then averaged uniformly, as in `tff.learning.algorithms.build_unweighted_fed_avg`).
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_radiomap.learning import client_work, keras_wrap, local_training, state_packing
+from tff_radiomap.learning.keras_wrap import NetworkWeights, Phase
+from tff_radiomap.models import radiounet
+
+AggregationFactory = tff.aggregators.WeightedAggregationFactory | tff.aggregators.UnweightedAggregationFactory
+
+
+def as_weighted(model_aggregator: AggregationFactory | None) -> tuple[tff.aggregators.WeightedAggregationFactory, str]:
+    """(weighted factory, client weighting it applies: 'num_examples' or 'uniform')."""
+    if model_aggregator is None:
+        return tff.aggregators.MeanFactory(), "num_examples"
+    if isinstance(model_aggregator, tff.aggregators.WeightedAggregationFactory):
+        return model_aggregator, "num_examples"
+    if isinstance(model_aggregator, tff.aggregators.UnweightedAggregationFactory):
+        return tff.aggregators.as_weighted_aggregator(model_aggregator), "uniform"
+    raise TypeError(
+        f"model_aggregator={model_aggregator!r}: expected a tff.aggregators.WeightedAggregationFactory "
+        "or UnweightedAggregationFactory"
+    )
+
+
+def build_phase_process(
+    config: radiounet.RadioUNetConfig,
+    phase: Phase,
+    initial: NetworkWeights,
+    client_optimizer: tff.learning.optimizers.Optimizer,
+    server_optimizer: tff.learning.optimizers.Optimizer,
+    model_aggregator: AggregationFactory | None = None,
+    local_steps: local_training.LocalSteps = local_training.LocalSteps.EPOCHS,
+) -> tff.learning.templates.LearningProcess:
+    """The learning process of one phase; `initialize()` starts from `initial`."""
+    work = client_work.build_client_work(config, phase, client_optimizer, local_steps)
+    weights_type = work.next.type_signature.parameter[1].member
+    start = keras_wrap.to_model_weights(initial, phase)
+
+    @tff.tensorflow.computation
+    def initial_model_weights_fn():
+        return tf.nest.map_structure(tf.constant, start)
+
+    weighted, _ = as_weighted(model_aggregator)
+    aggregator = weighted.create(weights_type.trainable, tff.TensorType(np.float32))
+    process = tff.learning.templates.compose_learning_process(
+        initial_model_weights_fn,
+        tff.learning.templates.build_broadcast_process(weights_type),
+        work,
+        aggregator,
+        tff.learning.templates.build_apply_optimizer_finalizer(server_optimizer, weights_type),
+    )
+    keras_wrap.restore_eager_keras()  # Tracing the client work built Keras models in a graph.
+    return process
+
+
+class PhasedProcess:
+    """Phase processes run in sequence over the rounds of one training run.
+
+    State (`initialize`, `next`): OrderedDict(phase=int, learning=the phase process's
+    `LearningAlgorithmState`). `next(state, round_num, client_data)` runs round `round_num`
+    (1-based) on the list of client data sets; its metrics hold `phase` and the phase process's
+    metrics (`client_work`, `aggregator`, `finalizer`, `distributor`). `client_weighting[phase]`
+    is 'num_examples' (Eq. (5)) or 'uniform' (an unweighted aggregator).
+    """
+
+    def __init__(
+        self,
+        processes: dict[Phase, tff.learning.templates.LearningProcess],
+        phase_for_round: Callable[[int], Phase],
+        initial: NetworkWeights,
+        client_weighting: dict[Phase, str],
+    ):
+        self.processes = processes
+        self.phase_for_round = phase_for_round
+        self.initial = initial
+        self.client_weighting = client_weighting
+
+    def phase_after_round(self, round_num: int) -> Phase:
+        """Phase of the state saved after `round_num` rounds (0: the initial state)."""
+        return self.phase_for_round(max(round_num, 1))
+
+    def initialize(self) -> collections.OrderedDict:
+        phase = self.phase_for_round(1)
+        return collections.OrderedDict(phase=int(phase), learning=self.processes[phase].initialize())
+
+    def network_weights(self, state) -> NetworkWeights:
+        phase = Phase(int(state["phase"]))
+        return keras_wrap.from_model_weights(state["learning"].global_model_weights, phase, self.initial)
+
+    def next(self, state, round_num: int, client_data: Sequence[tf.data.Dataset]):
+        phase = self.phase_for_round(round_num)
+        if phase != Phase(int(state["phase"])):
+            state = self._enter(phase, state)
+        output = self.processes[phase].next(state["learning"], list(client_data))
+        metrics = collections.OrderedDict(phase=int(phase))
+        metrics.update(output.metrics)
+        return collections.OrderedDict(phase=int(phase), learning=output.state), metrics
+
+    def _enter(self, phase: Phase, state) -> collections.OrderedDict:
+        """The first state of `phase`, holding the weights reached so far."""
+        process = self.processes[phase]
+        weights = keras_wrap.to_model_weights(self.network_weights(state), phase)
+        return collections.OrderedDict(phase=int(phase), learning=process.set_model_weights(process.initialize(), weights))
+
+    # -- program state: the learning state packed into one array per dtype -----------------------
+    def to_program_state(self, state) -> collections.OrderedDict:
+        return collections.OrderedDict(phase=np.int32(state["phase"]), packed=state_packing.pack(state["learning"]))
+
+    def from_program_state(self, saved, round_num: int) -> collections.OrderedDict:
+        phase = self.phase_after_round(round_num)
+        if int(saved["phase"]) != int(phase):
+            raise ValueError(f"saved state after round {round_num} is phase {int(saved['phase'])}, expected {int(phase)}")
+        learning = state_packing.unpack(saved["packed"], self.processes[phase].initialize())
+        return collections.OrderedDict(phase=int(phase), learning=learning)
+
+    def program_state_template(self, round_num: int) -> collections.OrderedDict:
+        """A program state shaped like the one saved after `round_num` rounds (for loading)."""
+        phase = self.phase_after_round(round_num)
+        return self.to_program_state(collections.OrderedDict(phase=int(phase), learning=self.processes[phase].initialize()))
+
+
+def build_two_stage_process(
+    config: radiounet.RadioUNetConfig,
+    initial: NetworkWeights,
+    stage1_rounds: int,
+    client_optimizer: tff.learning.optimizers.Optimizer,
+    server_optimizer: tff.learning.optimizers.Optimizer,
+    model_aggregator: AggregationFactory | Mapping[Phase, AggregationFactory | None] | None = None,
+) -> PhasedProcess:
+    """No Defense's protocol: stage 1 for rounds 1..`stage1_rounds`, then stage 2 (stage 1 frozen).
+
+    `model_aggregator` is one factory for both phases, or {Phase.STAGE1: f1, Phase.STAGE2: f2}
+    when the aggregation depends on which stage is uploaded (None: the weighted mean).
+    """
+    if stage1_rounds < 0:
+        raise ValueError(f"stage1_rounds={stage1_rounds}: expected >= 0")
+    phases = (Phase.STAGE1, Phase.STAGE2)
+    if isinstance(model_aggregator, Mapping):
+        missing = [p.name for p in phases if p not in model_aggregator]
+        if missing:
+            raise ValueError(f"model_aggregator mapping lacks phases {missing}; expected keys Phase.STAGE1, Phase.STAGE2")
+        factories = {p: model_aggregator[p] for p in phases}
+    else:
+        factories = {p: model_aggregator for p in phases}
+    processes = {
+        p: build_phase_process(config, p, initial, client_optimizer, server_optimizer, factories[p]) for p in phases
+    }
+    return PhasedProcess(
+        processes,
+        lambda r: Phase.STAGE1 if r <= stage1_rounds else Phase.STAGE2,
+        initial,
+        {p: as_weighted(factories[p])[1] for p in phases},
+    )
+
+
+def build_fedsgd_process(
+    config: radiounet.RadioUNetConfig,
+    initial: NetworkWeights,
+    client_optimizer: tff.learning.optimizers.Optimizer,
+    server_optimizer: tff.learning.optimizers.Optimizer,
+    model_aggregator: AggregationFactory | None = None,
+) -> PhasedProcess:
+    """FedSGD: each client takes one step on its full local gradient; both stages, every round."""
+    process = build_phase_process(
+        config, Phase.JOINT, initial, client_optimizer, server_optimizer, model_aggregator,
+        local_steps=local_training.LocalSteps.ONE_STEP,
+    )
+    return PhasedProcess({Phase.JOINT: process}, lambda r: Phase.JOINT, initial, {Phase.JOINT: as_weighted(model_aggregator)[1]})
+
+
+def build_optimizer(name: str, learning_rate: float) -> tff.learning.optimizers.Optimizer:
+    """'adam' or 'sgd' (plain, no momentum) from `tff.learning.optimizers`."""
+    if not learning_rate > 0:
+        raise ValueError(f"learning_rate={learning_rate!r}: expected > 0")
+    if name == "adam":
+        return tff.learning.optimizers.build_adam(learning_rate)
+    if name == "sgd":
+        return tff.learning.optimizers.build_sgdm(learning_rate)
+    raise ValueError(f"optimizer {name!r}: expected 'adam' or 'sgd'")
+
+
+def uploaded_update_type(process: tff.learning.templates.LearningProcess) -> tff.types.Type:
+    """The TFF type of the update a client uploads in `process` (its trainable weights' type).
+
+    Entry i of the update belongs to variable `keras_wrap.uploaded_layer_names(config, phase)[i]`.
+    """
+    return process.get_model_weights.type_signature.result.trainable
