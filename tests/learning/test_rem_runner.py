@@ -1,0 +1,67 @@
+"""The program-side driver: client-state store, checkpoints, resume without duplicate rows."""
+
+import collections
+import csv
+import json
+import os
+
+import numpy as np
+import pytest
+
+from baselines import remnet_methods
+from tests.rem_tiny import tiny_config, tiny_scenario
+from tff_radiomap.learning import rem_runner
+
+
+def test_store_and_checkpoint_round_trip(tmp_path):
+    states = {i: collections.OrderedDict(head=collections.OrderedDict(w=np.full((2, 2), i, np.float32)), rounds=np.int32(i)) for i in range(3)}
+    store = rem_runner.ClientStateStore(states)
+    store.scatter([1], [collections.OrderedDict(head=collections.OrderedDict(w=np.ones((2, 2), np.float32) * 7), rounds=np.int32(5))])
+    server = collections.OrderedDict(model=collections.OrderedDict(shared=[np.arange(3.0)], round=np.int32(4)), aggregator=())
+    path = str(tmp_path / "ckpt.npz")
+    rem_runner.save_checkpoint(path, server, store, {"round": 4})
+    fresh = rem_runner.ClientStateStore({i: collections.OrderedDict(head=collections.OrderedDict(w=np.zeros((2, 2), np.float32)), rounds=np.int32(0)) for i in range(3)})
+    template = collections.OrderedDict(model=collections.OrderedDict(shared=[np.zeros(3)], round=np.int32(0)), aggregator=())
+    restored, meta = rem_runner.load_checkpoint(path, template, fresh)
+    assert meta == {"round": 4}
+    np.testing.assert_array_equal(restored["model"]["shared"][0], [0.0, 1.0, 2.0])
+    np.testing.assert_array_equal(fresh.states[1]["head"]["w"], 7.0)
+    assert fresh.states[2]["rounds"] == 2
+
+
+class Killed(Exception):
+    pass
+
+
+def test_killed_run_resumes_from_its_checkpoint_without_duplicate_rows(tff_runtime, tmp_path):
+    scenario = tiny_scenario()
+    method = remnet_methods.method("epfl_remnet", tiny_config(sync_period=2))
+    run = rem_runner.RunConfig(rounds=5, eval_every=1, checkpoint_every=2)
+    run_dir = str(tmp_path / "run")
+
+    def kill_after_round_3(message):
+        if "round 3/" in message:
+            raise Killed()
+
+    with pytest.raises(Killed):
+        rem_runner.run_experiment(run_dir, scenario, method, run, log=kill_after_round_3)
+    with open(os.path.join(run_dir, "metrics.csv")) as f:
+        assert [int(r["round"]) for r in csv.DictReader(f)] == [0, 1, 2]  # Checkpoint after round 1.
+    final = rem_runner.run_experiment(run_dir, scenario, method, run, log=lambda m: None)
+    with open(os.path.join(run_dir, "metrics.csv")) as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["round"]) for r in rows] == [0, 1, 2, 3, 4]
+    assert final["cum_uplink_bytes"] == sum(int(r["uplink_bytes"]) for r in rows)
+    assert sum(int(r["uploads"]) for r in rows) == 2 * 3  # Rounds 1 and 3 sync, 3 clients each.
+    assert np.isfinite(final["macro_rmse"]) and len(final["per_client_rmse"]) == 3
+    # Finished: a rerun reads the result back; another configuration in the folder is refused.
+    assert rem_runner.run_experiment(run_dir, scenario, method, run) == final
+    with pytest.raises(ValueError, match="another configuration"):
+        rem_runner.run_experiment(run_dir, scenario, method, rem_runner.RunConfig(rounds=6), log=lambda m: None)
+
+
+def test_client_selection_is_seeded_and_complete_when_all_participate():
+    assert rem_runner.select_clients(5, 5, 0, 3) == [0, 1, 2, 3, 4]
+    a = rem_runner.select_clients(90, 10, 0, 3)
+    assert a == rem_runner.select_clients(90, 10, 0, 3) and len(set(a)) == 10
+    assert a != rem_runner.select_clients(90, 10, 0, 4)

@@ -1,0 +1,337 @@
+"""EPFL-REMNet (Algorithm 1) as a `tff.templates.IterativeProcess` with stateful clients.
+
+    next(server_state@SERVER, client_states@CLIENTS, client_data@CLIENTS)
+      -> <server_state@SERVER, client_states@CLIENTS, metrics@SERVER>
+
+A round t (0-based; the paper's t mod R == 0 is our (t + 1) mod R == 0, the R-th round):
+  1. Server broadcast: the shared parameters theta^t (the backbone).
+  2. Local training: each client sets its backbone to theta^t and its head to its own phi_i,
+     trains both for E epochs, keeps phi_i, and forms Delta_i = theta_i - theta^t.
+  3. Every R-th round (periodic synchronization) the client uploads: error feedback
+     u = Delta + e (Eq. (9)), Top-K sparsification, new e = u - T_K(u, K) (Eq. (10)), 8-bit
+     symmetric quantization; the compression is the `upload_factory` (TopKFactory around
+     SymmetricQuantizationFactory around a mean), the client only keeps e. In the other R - 1
+     rounds Delta is dropped, as Algorithm 1's ClientUpdate returns null: only the heads learn.
+  4. Server aggregation: theta^(t+1) = theta^t + eta * mean(decoded uploads) (eta = 1 in the
+     paper), and optionally an EMA of theta (`ema_decay`), the backbone used for evaluation.
+The head never leaves the client: with `split_head` (the default) the server state holds
+backbone variables only (keys `backbone_*`), and client states hold `head` (phi_i), `error` (e),
+`rounds` and `uploads` counters and `seed`.
+
+Ablations are configurations: split_head=False (everything shared and uploaded, no private
+head), sync_period=1, k_fraction=None (no Top-K, so no error feedback), bits=None (float32
+values), ema_decay=0.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_radiomap.aggregators import SymmetricQuantizationFactory, TopKFactory, top_k, wire
+from tff_radiomap.learning import local_model as local_lib
+from tff_radiomap.models import remnet
+
+CLIENT_WEIGHTINGS = ("uniform", "num_examples")
+OPTIMIZERS = ("sgd", "adam")
+
+
+@dataclasses.dataclass(frozen=True)
+class EpflRemnetConfig:
+    model: remnet.RemNetConfig = remnet.RemNetConfig()
+    local_epochs: int = 2
+    batch_size: int = 32
+    shuffle: bool = True
+    client_optimizer: str = "adam"
+    client_learning_rate: float = 1e-3
+    server_learning_rate: float = 1.0
+    split_head: bool = True
+    k_fraction: float | None = 0.05  # None: no Top-K (and no error feedback).
+    bits: int | None = 8  # None: values sent as float32.
+    scale_scope: str = "tensor"
+    sync_period: int = 2  # R.
+    ema_decay: float = 0.5  # 0: no EMA.
+    client_weighting: str = "uniform"  # Algorithm 1 averages the uploads with equal weights.
+
+    def __post_init__(self):
+        if self.client_optimizer not in OPTIMIZERS:
+            raise ValueError(f"client_optimizer={self.client_optimizer!r}: expected one of {OPTIMIZERS}")
+        if self.client_weighting not in CLIENT_WEIGHTINGS:
+            raise ValueError(f"client_weighting={self.client_weighting!r}: expected one of {CLIENT_WEIGHTINGS}")
+        if self.sync_period < 1:
+            raise ValueError(f"sync_period={self.sync_period}: expected an integer >= 1")
+        if not 0.0 <= self.ema_decay < 1.0:
+            raise ValueError(f"ema_decay={self.ema_decay}: expected a decay in [0, 1)")
+        if self.client_learning_rate <= 0 or self.server_learning_rate <= 0:
+            raise ValueError(f"learning rates {self.client_learning_rate}, {self.server_learning_rate}: expected > 0")
+        local_lib.LocalTraining(self.local_epochs, self.batch_size, self.shuffle)  # Validates.
+
+    @property
+    def training(self) -> local_lib.LocalTraining:
+        return local_lib.LocalTraining(self.local_epochs, self.batch_size, self.shuffle)
+
+
+def upload_factory(config: EpflRemnetConfig):
+    """The uplink pipeline: [TopK ->] [quantize ->] weighted mean (no_nan: a round with no upload
+    averages to zero)."""
+    factory = tff.aggregators.MeanFactory(no_nan_division=True)
+    if config.bits is not None:
+        factory = SymmetricQuantizationFactory(config.bits, scale_scope=config.scale_scope, inner_factory=factory)
+    if config.k_fraction is not None:
+        factory = TopKFactory(k_fraction=config.k_fraction, inner_factory=factory)
+    return factory
+
+
+def upload_bytes_per_client(factory, value_type) -> int:
+    """Exact bytes of one client's upload through `factory` (float32 values if it is no stage)."""
+    if hasattr(factory, "byte_counts"):
+        return int(factory.byte_counts(value_type)["bytes_per_client"])
+    return wire.dense_bytes(factory, value_type)
+
+
+def client_optimizer(config: EpflRemnetConfig):
+    if config.client_optimizer == "sgd":
+        return tff.learning.optimizers.build_sgdm(learning_rate=config.client_learning_rate)
+    return tff.learning.optimizers.build_adam(learning_rate=config.client_learning_rate)
+
+
+# ---------------------------------------------------------------------------------------------
+# Types and initial values.
+@dataclasses.dataclass(frozen=True)
+class ModelLayout:
+    """Keys, shapes and initial values of the shared and private parameters."""
+
+    shared_keys: list[str]
+    private_keys: list[str]
+    initial_shared: list[np.ndarray]
+    initial_private: list[np.ndarray]
+    uploaded_keys: list[str]  # Shared keys the device itself uploads (all but FedFly's edge part).
+
+    @property
+    def shared_type(self):
+        return _struct_type(self.shared_keys, self.initial_shared)
+
+    @property
+    def private_type(self):
+        return _struct_type(self.private_keys, self.initial_private)
+
+    @property
+    def uploaded_type(self):
+        shapes = dict(zip(self.shared_keys, self.initial_shared))
+        return _struct_type(self.uploaded_keys, [shapes[k] for k in self.uploaded_keys])
+
+
+def _struct_type(keys, values):
+    return tff.types.to_type(collections.OrderedDict((k, tff.TensorType(np.float32, v.shape)) for k, v in zip(keys, values)))
+
+
+def model_layout(local: local_lib.LocalModel, seed: int = 0) -> ModelLayout:
+    """Builds the model once, eagerly, with Keras' seed set: keys and initial values."""
+    tf.keras.utils.set_random_seed(seed)
+    model = local.build()
+    keys = dict(zip((id(v) for v in model.trainable_variables), _keys(model)))
+    shared, private = local.shared(model), local.private(model)
+    uploaded = local.device_shared(model) if local.device_shared else shared
+    return ModelLayout(
+        shared_keys=[keys[id(v)] for v in shared],
+        private_keys=[keys[id(v)] for v in private],
+        initial_shared=[v.numpy() for v in shared],
+        initial_private=[v.numpy() for v in private],
+        uploaded_keys=[keys[id(v)] for v in uploaded],
+    )
+
+
+def _keys(model: tf.keras.Model) -> list[str]:
+    """'layer.weight' keys of model.trainable_variables, through nested sub-models."""
+    keys = []
+    for layer in model.layers:
+        if isinstance(layer, tf.keras.Model):
+            keys += _keys(layer)
+        else:
+            keys += [f"{layer.name}.{w.name.split('/')[-1].split(':')[0]}" for w in layer.trainable_weights]
+    return keys
+
+
+def initial_client_state(config: EpflRemnetConfig, layout: ModelLayout, seed: int) -> collections.OrderedDict:
+    """A client's state before its first round (numpy): its head starts from the common init."""
+    state = collections.OrderedDict()
+    if layout.private_keys:
+        state["head"] = collections.OrderedDict(zip(layout.private_keys, (v.copy() for v in layout.initial_private)))
+    if config.k_fraction is not None:
+        state["error"] = collections.OrderedDict((k, np.zeros_like(v)) for k, v in zip(layout.shared_keys, layout.initial_shared))
+    state["rounds"] = np.int32(0)
+    state["uploads"] = np.int32(0)
+    state["seed"] = np.int64(seed)
+    return state
+
+
+def client_state_type(config: EpflRemnetConfig, layout: ModelLayout):
+    fields = collections.OrderedDict()
+    if layout.private_keys:
+        fields["head"] = layout.private_type
+    if config.k_fraction is not None:
+        fields["error"] = layout.shared_type
+    fields["rounds"] = tff.TensorType(np.int32)
+    fields["uploads"] = tff.TensorType(np.int32)
+    fields["seed"] = tff.TensorType(np.int64)
+    return tff.types.to_type(fields)
+
+
+def client_data_type(max_examples: int, num_features: int, num_outputs: int):
+    return tff.types.to_type(
+        collections.OrderedDict(
+            x=tff.TensorType(np.float32, [max_examples, num_features]),
+            y=tff.TensorType(np.float32, [max_examples, num_outputs]),
+            num_examples=tff.TensorType(np.int32),
+        )
+    )
+
+
+def is_sync_round(round_num, sync_period: int):
+    """Algorithm 1's t mod R == 0, for 0-based rounds: the R-th, 2R-th, ... round uploads."""
+    return tf.equal((round_num + 1) % sync_period, 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Client and server work.
+def _client_round(config: EpflRemnetConfig, local: local_lib.LocalModel, layout: ModelLayout, broadcast_type, state_type, data_type):
+    """The client's TF computation: (broadcast, state, data) -> (upload, weight, state, metrics)."""
+    k = top_k.num_kept(wire.value_count(layout.shared_type), k_fraction=config.k_fraction) if config.k_fraction else None
+
+    @tff.tensorflow.computation(broadcast_type, state_type, data_type)
+    def client_round(broadcast, state, data):
+        model = local.build()
+        shared_vars, private_vars = local.shared(model), local.private(model)
+        train = local_lib.build_train_fn(local, model, client_optimizer(config), config.training)
+
+        @tf.function
+        def update(broadcast, state, data):
+            theta = [broadcast["shared"][key] for key in layout.shared_keys]
+            for v, value in zip(shared_vars, theta):
+                v.assign(value)
+            for v, key in zip(private_vars, layout.private_keys):
+                v.assign(state["head"][key])
+            seed = tf.stack([state["seed"], tf.cast(broadcast["round"], tf.int64)])
+            loss, side_bytes = train(data, seed)
+            delta = [v.read_value() - t for v, t in zip(shared_vars, theta)]
+            sync = is_sync_round(broadcast["round"], config.sync_period)
+            new_state = collections.OrderedDict()
+            if private_vars:
+                new_state["head"] = collections.OrderedDict((key, v.read_value()) for key, v in zip(layout.private_keys, private_vars))
+            if k is not None:
+                # Error feedback (Eq. (9)) and the residual of Top-K (Eq. (10)), at sync rounds.
+                error = [state["error"][key] for key in layout.shared_keys]
+                u = [d + e for d, e in zip(delta, error)]
+                sent = top_k.top_k_sparsify(u, k)
+                upload = [tf.where(sync, ui, tf.zeros_like(ui)) for ui in u]
+                new_error = [tf.where(sync, ui - si, e) for ui, si, e in zip(u, sent, error)]
+                new_state["error"] = collections.OrderedDict(zip(layout.shared_keys, new_error))
+            else:
+                upload = [tf.where(sync, d, tf.zeros_like(d)) for d in delta]
+            new_state["rounds"] = state["rounds"] + 1
+            new_state["uploads"] = state["uploads"] + tf.cast(sync, tf.int32)
+            new_state["seed"] = state["seed"]
+            examples = tf.cast(data["num_examples"], tf.float32)
+            weight = tf.cast(sync, tf.float32) * (examples if config.client_weighting == "num_examples" else 1.0)
+            metrics = collections.OrderedDict(
+                loss=loss, examples=examples, uploaded=tf.cast(sync, tf.int32), side_bytes=side_bytes
+            )
+            return collections.OrderedDict(zip(layout.shared_keys, upload)), weight, new_state, metrics
+
+        return update(broadcast, state, data)
+
+    return client_round
+
+
+def _server_fns(config: EpflRemnetConfig, layout: ModelLayout, shared_type, bytes_per_client: int):
+    """Server TF computations: the initial model state, its update, and the round's uplink."""
+    keys, eta, decay = layout.shared_keys, config.server_learning_rate, config.ema_decay
+
+    @tff.tensorflow.computation
+    def server_init():
+        state = collections.OrderedDict(shared=collections.OrderedDict((k, tf.constant(v)) for k, v in zip(keys, layout.initial_shared)))
+        if decay > 0:
+            state["ema"] = collections.OrderedDict((k, tf.constant(v)) for k, v in zip(keys, layout.initial_shared))
+        state["round"] = tf.constant(0, tf.int32)
+        return state
+
+    model_state_type = server_init.type_signature.result
+
+    @tff.tensorflow.computation(model_state_type, shared_type)
+    def server_update(state, mean_upload):
+        sync = is_sync_round(state["round"], config.sync_period)
+        new = collections.OrderedDict()
+        shared = collections.OrderedDict((k, tf.where(sync, state["shared"][k] + eta * mean_upload[k], state["shared"][k])) for k in keys)
+        new["shared"] = shared
+        if decay > 0:
+            new["ema"] = collections.OrderedDict((k, tf.where(sync, decay * state["ema"][k] + (1 - decay) * shared[k], state["ema"][k])) for k in keys)
+        new["round"] = state["round"] + 1
+        return new
+
+    @tff.tensorflow.computation(model_state_type)
+    def broadcast_part(state):
+        return collections.OrderedDict(shared=state["shared"], round=state["round"])
+
+    @tff.tensorflow.computation(np.int32, np.int64)
+    def uplink_bytes(uploads, side_bytes):
+        return tf.cast(uploads, tf.int64) * bytes_per_client + side_bytes
+
+    return server_init, server_update, broadcast_part, uplink_bytes
+
+
+# ---------------------------------------------------------------------------------------------
+# The process.
+def build_process(
+    config: EpflRemnetConfig,
+    data_type,
+    local: local_lib.LocalModel | None = None,
+    seed: int = 0,
+) -> tuple[tff.templates.IterativeProcess, ModelLayout]:
+    """The EPFL-REMNet process for clients whose data has `data_type` (`client_data_type`).
+
+    `local` defaults to the REMNet of `config.model` with the head private iff `split_head`.
+    Returns the process and the layout (keys and initial values) of the parameters. Metrics:
+    `train_loss` (examples-weighted mean over clients), `uploads` (clients that uploaded),
+    `uplink_bytes` (exact bytes they sent: uploads x bytes per upload of the device's shared part
+    + per-step side bytes),
+    `aggregator` (the upload factory's measurements).
+    """
+    local = local or local_lib.remnet_local_model(config.model, config.split_head)
+    layout = model_layout(local, seed)
+    shared_type = layout.shared_type
+    factory = upload_factory(config)
+    aggregator = factory.create(shared_type, tff.TensorType(np.float32))
+    state_type = client_state_type(config, layout)
+    bytes_per_upload = upload_bytes_per_client(factory, layout.uploaded_type)
+    server_init, server_update, broadcast_part, uplink_bytes = _server_fns(config, layout, shared_type, bytes_per_upload)
+    client_round = _client_round(config, local, layout, broadcast_part.type_signature.result, state_type, data_type)
+
+    @tff.federated_computation
+    def initialize():
+        return tff.federated_zip(collections.OrderedDict(model=tff.federated_eval(server_init, tff.SERVER), aggregator=aggregator.initialize()))
+
+    @tff.federated_computation(initialize.type_signature.result, tff.FederatedType(state_type, tff.CLIENTS), tff.FederatedType(data_type, tff.CLIENTS))
+    def next_fn(server_state, client_states, client_data):
+        # Server broadcast: theta^t and the round number.
+        broadcast = tff.federated_broadcast(tff.federated_map(broadcast_part, server_state.model))
+        # Client work: local training, error feedback, upload (or nothing between syncs).
+        upload, weight, new_client_states, client_metrics = tff.federated_map(client_round, (broadcast, client_states, client_data))
+        # Inner aggregation: decode (Top-K, quantization) and average the uploads.
+        aggregate = aggregator.next(server_state.aggregator, upload, weight)
+        # Server update: theta^(t+1), its EMA, the round counter; the round's uplink.
+        new_model = tff.federated_map(server_update, (server_state.model, aggregate.result))
+        uploads = tff.federated_sum(client_metrics.uploaded)
+        metrics = collections.OrderedDict(
+            train_loss=tff.federated_mean(client_metrics.loss, weight=client_metrics.examples),
+            uploads=uploads,
+            uplink_bytes=tff.federated_map(uplink_bytes, (uploads, tff.federated_sum(client_metrics.side_bytes))),
+            aggregator=aggregate.measurements,
+        )
+        new_server_state = tff.federated_zip(collections.OrderedDict(model=new_model, aggregator=aggregate.state))
+        return new_server_state, new_client_states, tff.federated_zip(metrics)
+
+    return tff.templates.IterativeProcess(initialize, next_fn), layout
