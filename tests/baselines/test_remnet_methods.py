@@ -1,4 +1,4 @@
-"""Every method of the comparison runs a few rounds on tiny data; ablations change one thing each.
+"""Every baseline runs a few rounds on tiny data; ablations change one thing each.
 
 The ablations are configurations of the EPFL-REMNet process; only the one that changes the
 process's structure (no split head: the head joins the shared, uploaded parameters) is run here,
@@ -14,7 +14,7 @@ from tests.rem_tiny import tiny_config, tiny_scenario
 from tff_radiomap.learning import epfl_ablations, rem_runner
 
 
-@pytest.mark.parametrize("name", (remnet_methods.EPFL,) + remnet_methods.BASELINES + ("no_split_head",))
+@pytest.mark.parametrize("name", remnet_methods.BASELINES + ("no_split_head",))  # EPFL-REMNet: test_rem_runner.
 def test_method_runs_and_reports_uplink(tff_runtime, tmp_path, name):
     method = remnet_methods.method(name, tiny_config(sync_period=2, k_fraction=0.2, ema_decay=0.5))
     run = rem_runner.RunConfig(rounds=2, eval_every=2, checkpoint_every=2)

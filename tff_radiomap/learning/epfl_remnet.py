@@ -223,12 +223,14 @@ def _client_round(config: EpflRemnetConfig, local: local_lib.LocalModel, layout:
             if private_vars:
                 new_state["head"] = collections.OrderedDict((key, v.read_value()) for key, v in zip(layout.private_keys, private_vars))
             if k is not None:
-                # Error feedback (Eq. (9)) and the residual of Top-K (Eq. (10)), at sync rounds.
                 error = [state["error"][key] for key in layout.shared_keys]
-                u = [d + e for d, e in zip(delta, error)]
-                sent = top_k.top_k_sparsify(u, k)
-                upload = [tf.where(sync, ui, tf.zeros_like(ui)) for ui in u]
-                new_error = [tf.where(sync, ui - si, e) for ui, si, e in zip(u, sent, error)]
+
+                def error_feedback():
+                    # u = Delta + e (Eq. (9)) is uploaded; e = u - T_K(u, K) (Eq. (10)) stays.
+                    u = [d + e for d, e in zip(delta, error)]
+                    return u, [ui - si for ui, si in zip(u, top_k.top_k_sparsify(u, k))]
+
+                upload, new_error = tf.cond(sync, error_feedback, lambda: ([tf.zeros_like(d) for d in delta], error))
                 new_state["error"] = collections.OrderedDict(zip(layout.shared_keys, new_error))
             else:
                 upload = [tf.where(sync, d, tf.zeros_like(d)) for d in delta]

@@ -32,7 +32,7 @@ class RemNetConfig:
 
     input_dim: int = 102  # 2 coordinates + P = 100 environmental features.
     outputs: int = 4  # M base stations.
-    backbone_units: tuple[int, ...] = (128, 128, 512)
+    backbone_units: tuple[int, ...] = (64, 64, 512)  # Hidden widths: ours (CPU scale).
     head: str = "linear"
     head_hidden: int = 128
     head_dropout: float = 0.1

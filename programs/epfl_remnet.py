@@ -1,0 +1,104 @@
+r"""Trains one method of the EPFL-REMNet comparison on one Non-IID scenario.
+
+  python -m programs.epfl_remnet --scenario=heavy --method=epfl_remnet --rounds=30 \
+      --k_fraction=0.05 --bits=8 --sync_period=2 --ema_decay=0.5 --out=runs/epfl_remnet
+
+Data: the built-in synthetic REM set (four base stations, one per quadrant; generated once into
+the cache), or --data_root, any RadioMapSeer-layout folder whose transmitters 0..3 of map
+--map_id are the four base stations. Writes metrics per round (CSV and TensorBoard), checkpoints
+and final.json under --out/{scenario}/{method}; rerunning with the same flags resumes a killed
+run after its last checkpoint, and different flags for an existing folder are refused.
+--k_fraction=0 disables Top-K (and error feedback), --bits=0 quantization, --ema_decay=0 the EMA.
+"""
+
+import json
+import os
+
+from absl import app, flags
+
+# TensorFlow must be imported before absl's app.run: imported inside main(), Keras' functional API
+# builds graph tensors (TF 2.14) and model construction fails.
+from baselines import remnet_methods
+from programs import common
+from tff_radiomap import runtime
+from tff_radiomap.data import rem_points
+from tff_radiomap.data.radiomapseer import DataLayoutError
+from tff_radiomap.learning import rem_runner
+from tff_radiomap.learning.epfl_remnet import EpflRemnetConfig
+from tff_radiomap.models.remnet import RemNetConfig
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("scenario", "heavy", "light | medium | heavy.")
+flags.DEFINE_string("method", "epfl_remnet", "epfl_remnet, a baseline (fedavg, fedfly, pfedgp, pfl_uncompressed) or an ablation (no_split_head, no_sync, no_top_k, no_quantization, no_ema).")
+flags.DEFINE_integer("rounds", 30, "Communication rounds.")
+flags.DEFINE_integer("clients_per_round", 90, "Clients trained per round (of 90).")
+flags.DEFINE_integer("local_epochs", 2, "Local epochs E.")
+flags.DEFINE_integer("batch_size", 32, "Local minibatch size.")
+flags.DEFINE_float("client_lr", 1e-3, "Client Adam learning rate.")
+flags.DEFINE_float("k_fraction", 0.05, "Top-K fraction of the backbone update kept; 0: no Top-K.")
+flags.DEFINE_integer("bits", 8, "Quantization bits; 0: float32 values.")
+flags.DEFINE_integer("sync_period", 2, "R: upload every R-th round.")
+flags.DEFINE_float("ema_decay", 0.5, "EMA decay of the evaluated backbone; 0: no EMA.")
+flags.DEFINE_string("head", "linear", "Personalized head: linear | mlp.")
+flags.DEFINE_integer("seed", 0, "Seed of the initial model, client shuffles and data splits.")
+flags.DEFINE_string("data_root", None, "RadioMapSeer-layout folder; default: the built-in synthetic REM set.")
+flags.DEFINE_integer("map_id", 0, "Map of --data_root whose transmitters 0..3 are the base stations.")
+flags.DEFINE_integer("eval_every", 5, "Evaluate every this many rounds (and after the last).")
+flags.DEFINE_string("out", "runs/epfl_remnet", "Output folder.")
+
+
+def validate() -> None:
+    common.require(FLAGS.scenario in rem_points.SCENARIOS, "scenario", FLAGS.scenario, f"one of {rem_points.SCENARIOS}")
+    common.require(FLAGS.method in remnet_methods.METHODS, "method", FLAGS.method, f"one of {remnet_methods.METHODS}")
+    common.require(FLAGS.rounds >= 1, "rounds", FLAGS.rounds, "an integer >= 1")
+    common.require(1 <= FLAGS.clients_per_round <= 90, "clients_per_round", FLAGS.clients_per_round, "an integer in 1..90")
+    common.require(FLAGS.local_epochs >= 1, "local_epochs", FLAGS.local_epochs, "an integer >= 1")
+    common.require(FLAGS.batch_size >= 1, "batch_size", FLAGS.batch_size, "an integer >= 1")
+    common.require(FLAGS.client_lr > 0, "client_lr", FLAGS.client_lr, "a positive learning rate")
+    common.require(0 <= FLAGS.k_fraction <= 1, "k_fraction", FLAGS.k_fraction, "a fraction in (0, 1], or 0 for no Top-K")
+    common.require(FLAGS.bits == 0 or 2 <= FLAGS.bits <= 16, "bits", FLAGS.bits, "2..16, or 0 for float32 values")
+    common.require(FLAGS.sync_period >= 1, "sync_period", FLAGS.sync_period, "an integer >= 1")
+    common.require(0 <= FLAGS.ema_decay < 1, "ema_decay", FLAGS.ema_decay, "a decay in [0, 1)")
+    common.require(FLAGS.head in ("linear", "mlp"), "head", FLAGS.head, "linear or mlp")
+    common.require(FLAGS.eval_every >= 1, "eval_every", FLAGS.eval_every, "an integer >= 1")
+    if FLAGS.data_root is not None:
+        common.require(os.path.isdir(FLAGS.data_root), "data_root", FLAGS.data_root, "an existing RadioMapSeer-layout folder")
+    common.require_writable_dir(FLAGS.out, "out")
+
+
+def base_config():
+    """EPFL-REMNet's configuration from the flags (baselines and ablations derive from it)."""
+    return EpflRemnetConfig(
+        model=RemNetConfig(head=FLAGS.head),
+        local_epochs=FLAGS.local_epochs,
+        batch_size=FLAGS.batch_size,
+        client_learning_rate=FLAGS.client_lr,
+        k_fraction=FLAGS.k_fraction or None,
+        bits=FLAGS.bits or None,
+        sync_period=FLAGS.sync_period,
+        ema_decay=FLAGS.ema_decay,
+    )
+
+
+def main(argv):
+    common.reject_extra_args(argv)
+    validate()
+    data = rem_points.RemPointsConfig(root=FLAGS.data_root, map_id=FLAGS.map_id, seed=FLAGS.seed)
+    try:
+        scenario = rem_points.load_scenarios(data, (FLAGS.scenario,))[FLAGS.scenario]
+    except (DataLayoutError, ValueError) as exc:
+        common.fail(f"--data_root={FLAGS.data_root!r} --map_id={FLAGS.map_id}: {exc}")
+    method = remnet_methods.method(FLAGS.method, base_config())
+    run = rem_runner.RunConfig(rounds=FLAGS.rounds, clients_per_round=FLAGS.clients_per_round, eval_every=FLAGS.eval_every, seed=FLAGS.seed)
+    run_dir = os.path.join(FLAGS.out, FLAGS.scenario, FLAGS.method)
+    runtime.install_local_context()
+    try:
+        final = rem_runner.run_experiment(run_dir, scenario, method, run)
+    except rem_runner.RunFolderConflict as exc:
+        common.fail(f"--out={FLAGS.out!r}: {exc}")
+    summary = {k: v for k, v in final.items() if k != "per_client_rmse"}
+    print(json.dumps({"run_dir": run_dir, **summary}, indent=2))
+
+
+if __name__ == "__main__":
+    app.run(main)
