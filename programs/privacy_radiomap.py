@@ -1,0 +1,108 @@
+r"""Federated two-stage RadioUNet under a defense (paper 000, Section IV), or its centralised reference.
+
+  python -m programs.privacy_radiomap --defense=none --output_dir=runs/privacy/none_s0
+  python -m programs.privacy_radiomap --centralised --output_dir=runs/privacy/central_s0
+
+Without --data_root the default synthetic set is generated once and cached. Per round the
+metrics go to OUTPUT_DIR/metrics.csv, OUTPUT_DIR/tensorboard and the log; the configuration to
+OUTPUT_DIR/config.json; the program state to OUTPUT_DIR/program_state, so that the same command
+after an interruption resumes after the last finished round. See
+`tff_radiomap.experiments.privacy_radiomap` for what is trained.
+"""
+
+import json
+import os
+
+from absl import app, flags, logging
+
+from programs import common
+from tff_radiomap.experiments import privacy_radiomap as experiment
+
+FLAGS = flags.FLAGS
+_DEFAULTS = experiment.ExperimentConfig(data_root="")
+flags.DEFINE_string("data_root", None, "RadioMapSeer-layout folder; default: the cached default synthetic set.")
+flags.DEFINE_integer("resolution", _DEFAULTS.resolution, "Side of the maps the model sees, in pixels.")
+flags.DEFINE_float("width", _DEFAULTS.width, "Width multiplier of RadioUNet's layer widths.")
+flags.DEFINE_integer("rounds", _DEFAULTS.rounds, "Communication rounds R.")
+flags.DEFINE_integer("stage1_rounds", None, "Rounds training stage 1 (R1); default: rounds // 2.")
+flags.DEFINE_integer("clients", _DEFAULTS.num_clients, "Number of clients K.")
+flags.DEFINE_integer("clients_per_round", _DEFAULTS.clients_per_round, "Clients sampled per round.")
+flags.DEFINE_integer("local_epochs", _DEFAULTS.local_epochs, "Local epochs per round.")
+flags.DEFINE_integer("batch_size", _DEFAULTS.batch_size, "Local batch size.")
+flags.DEFINE_enum("client_optimizer", _DEFAULTS.client_optimizer, ["adam", "sgd"], "Client optimizer.")
+flags.DEFINE_float("client_learning_rate", _DEFAULTS.client_learning_rate, "Client learning rate.")
+flags.DEFINE_enum("server_optimizer", _DEFAULTS.server_optimizer, ["adam", "sgd"], "Server optimizer.")
+flags.DEFINE_float("server_learning_rate", _DEFAULTS.server_learning_rate, "Server learning rate.")
+flags.DEFINE_integer("seed", _DEFAULTS.seed, "Seed of the split, partition, sampling, shuffling and initial weights.")
+flags.DEFINE_string("defense", _DEFAULTS.defense, f"One of: {', '.join(sorted(experiment.DEFENSES))}.")
+flags.DEFINE_bool("centralised", False, "Train the centralised reference (same model and sample passes, no federation).")
+flags.DEFINE_string("output_dir", None, "Results folder; default runs/privacy_radiomap/<defense>_s<seed>.")
+flags.DEFINE_bool("progress", True, "Show a progress bar.")
+
+
+def _config() -> experiment.ExperimentConfig:
+    common.require(FLAGS.defense in experiment.DEFENSES, "defense", FLAGS.defense, f"one of {sorted(experiment.DEFENSES)}")
+    common.require(not FLAGS.centralised or FLAGS.defense == "none", "defense", FLAGS.defense, "'none' with --centralised")
+    common.require(FLAGS.rounds >= 1, "rounds", FLAGS.rounds, "an integer >= 1")
+    stage1 = FLAGS.rounds // 2 if FLAGS.stage1_rounds is None else FLAGS.stage1_rounds
+    common.require(0 <= stage1 <= FLAGS.rounds, "stage1_rounds", stage1, f"an integer in 0..{FLAGS.rounds}")
+    common.require(FLAGS.clients >= 1, "clients", FLAGS.clients, "an integer >= 1")
+    common.require(1 <= FLAGS.clients_per_round <= FLAGS.clients, "clients_per_round", FLAGS.clients_per_round, f"an integer in 1..{FLAGS.clients}")
+    common.require(FLAGS.local_epochs >= 1, "local_epochs", FLAGS.local_epochs, "an integer >= 1")
+    common.require(FLAGS.batch_size >= 1, "batch_size", FLAGS.batch_size, "an integer >= 1")
+    common.require(FLAGS.width > 0, "width", FLAGS.width, "a positive multiplier")
+    common.require(FLAGS.client_learning_rate > 0, "client_learning_rate", FLAGS.client_learning_rate, "a positive number")
+    common.require(FLAGS.server_learning_rate > 0, "server_learning_rate", FLAGS.server_learning_rate, "a positive number")
+    if FLAGS.data_root is not None:
+        common.require(os.path.isdir(FLAGS.data_root), "data_root", FLAGS.data_root, "an existing folder in the RadioMapSeer layout")
+        data_root = os.path.abspath(FLAGS.data_root)
+    else:
+        from tff_radiomap.data import default_set
+
+        data_root = default_set.ensure_default_dataset()
+    try:
+        return experiment.ExperimentConfig(
+            data_root=data_root,
+            resolution=FLAGS.resolution,
+            width=FLAGS.width,
+            rounds=FLAGS.rounds,
+            stage1_rounds=stage1,
+            num_clients=FLAGS.clients,
+            clients_per_round=FLAGS.clients_per_round,
+            local_epochs=FLAGS.local_epochs,
+            batch_size=FLAGS.batch_size,
+            client_optimizer=FLAGS.client_optimizer,
+            client_learning_rate=FLAGS.client_learning_rate,
+            server_optimizer=FLAGS.server_optimizer,
+            server_learning_rate=FLAGS.server_learning_rate,
+            seed=FLAGS.seed,
+            defense=FLAGS.defense,
+            centralised=FLAGS.centralised,
+        )
+    except ValueError as exc:  # Resolution and width are checked against each other here.
+        common.fail(str(exc))
+
+
+def main(argv):
+    common.reject_extra_args(argv)
+    name = "centralised" if FLAGS.centralised else FLAGS.defense
+    output_dir = FLAGS.output_dir or os.path.join("runs", "privacy_radiomap", f"{name}_s{FLAGS.seed}")
+    common.require_writable_dir(output_dir, "output_dir")
+    config = _config()
+
+    from tff_radiomap import runtime
+    from tff_radiomap.data import radiomapseer
+
+    if not config.centralised:
+        runtime.install_local_context()
+    try:
+        summary = experiment.run(config, output_dir, progress=FLAGS.progress)
+    except (experiment.ConfigMismatchError, radiomapseer.DataLayoutError) as exc:
+        common.fail(str(exc))
+    logging.info("summary: %s", json.dumps(summary))
+    print(json.dumps(summary, indent=2))
+    print(f"results: {os.path.abspath(output_dir)} (metrics.csv, summary.json, config.json, tensorboard/)")
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,113 @@
+import csv
+import dataclasses
+import json
+import os
+
+import numpy as np
+import pytest
+
+from tff_radiomap.data import synthetic
+from tff_radiomap.experiments import privacy_radiomap as experiment
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory):
+    spec = synthetic.DatasetSpec(maps=8, transmitters=3, size=64, seed=5)
+    return synthetic.generate_dataset(str(tmp_path_factory.mktemp("rms")), spec, progress=False)
+
+
+@pytest.fixture(scope="module")
+def config(data_root):
+    # 8 maps: 6 train maps over 3 clients, 2 a round; round 1 trains stage 1, rounds 2-3 stage 2.
+    return experiment.ExperimentConfig(
+        data_root=data_root, resolution=32, width=0.25, rounds=3, stage1_rounds=1, num_clients=3,
+        clients_per_round=2, batch_size=4, client_learning_rate=3e-3,
+    )
+
+
+@pytest.fixture(scope="module")
+def cached_trainers():
+    """build_trainer memoised per config: the trainers are pure functions of it, and building the
+    TFF processes is the slow part of a run."""
+    cache = {}
+    build = experiment.build_trainer
+
+    def cached(config, data):
+        if config not in cache:
+            cache[config] = build(config, data)
+        return cache[config]
+
+    return cached
+
+
+def _rows(output_dir):
+    with open(os.path.join(output_dir, "metrics.csv")) as f:
+        return list(csv.DictReader(f))
+
+
+def test_interrupted_run_resumes_and_ends_like_an_uninterrupted_one(tff_runtime, config, cached_trainers, tmp_path, monkeypatch):
+    monkeypatch.setattr(experiment, "build_trainer", cached_trainers)
+    interrupted, straight = str(tmp_path / "interrupted"), str(tmp_path / "straight")
+
+    assert experiment.run(config, interrupted, progress=False, stop_after_round=1) == {"stopped_after_round": 1}
+    assert [r["round"] for r in _rows(interrupted)] == ["1"]
+    assert not os.path.exists(os.path.join(interrupted, "summary.json"))
+    resumed = experiment.run(config, interrupted, progress=False)
+    uninterrupted = experiment.run(config, straight, progress=False)
+
+    rows_a, rows_b = _rows(interrupted), _rows(straight)
+    assert [r["round"] for r in rows_a] == ["1", "2", "3"]  # No row written twice.
+    assert [r["phase"] for r in rows_a] == ["1", "2", "2"]
+    for a, b in zip(rows_a, rows_b):
+        for key in ("num_examples", "train_loss", "val_mse"):
+            np.testing.assert_allclose(float(a[key]), float(b[key]), rtol=1e-5, err_msg=key)
+    for key in ("best_val_mse", "best_round", "final_val_mse"):
+        np.testing.assert_allclose(resumed[key], uninterrupted[key], rtol=1e-5, err_msg=key)
+    assert json.load(open(os.path.join(interrupted, "config.json")))["defense"] == "none"
+    assert os.listdir(os.path.join(interrupted, "tensorboard"))
+
+
+def test_centralised_reference_sees_the_same_samples_and_resumes(config, tmp_path):
+    central = dataclasses.replace(config, centralised=True)
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    experiment.run(central, a, progress=False, stop_after_round=2)
+    resumed = experiment.run(central, a, progress=False)
+    straight = experiment.run(central, b, progress=False)
+    assert resumed["final_val_mse"] == pytest.approx(straight["final_val_mse"], rel=1e-5)
+    rows = _rows(a)
+    # Round r trains on as many samples as the federated round r: its 2 sampled clients' data.
+    data = experiment.load_data(config)
+    sizes = data.client_sizes()
+    expected = [int(sizes[experiment.federated_data.sample_clients(config.seed, r, 3, 2)].sum()) for r in (1, 2, 3)]
+    assert [int(r["num_examples"]) for r in rows] == expected
+    assert [r["phase"] for r in rows] == ["1", "2", "2"]
+
+
+def test_a_different_config_in_the_same_folder_is_refused(config, tmp_path):
+    out = str(tmp_path / "run")
+    os.makedirs(out)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(dataclasses.asdict(dataclasses.replace(config, seed=7)), f)
+    with pytest.raises(experiment.ConfigMismatchError, match="seed: saved 7, now 0"):
+        experiment.run(config, out, progress=False)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(stage1_rounds=4), "stage1_rounds=4: expected an integer in 0..rounds=3"),
+        (dict(defense="nope"), "defense='nope': expected one of"),
+        (dict(centralised=True, defense="fedsgd"), "defense='fedsgd': expected 'none' for the centralised reference"),
+        (dict(resolution=36), "resolution=36"),
+    ],
+)
+def test_bad_configs_name_the_field(config, change, message):
+    with pytest.raises(ValueError, match=message):
+        dataclasses.replace(config, **change)
+
+
+def test_defense_table_refuses_unknown_protocols_and_duplicates():
+    with pytest.raises(ValueError, match="protocol='async'"):
+        experiment.register_defense("x", experiment.Defense("async", lambda c, p: None, ""))
+    with pytest.raises(ValueError, match="'none' is registered already"):
+        experiment.register_defense("none", experiment.DEFENSES["none"])

@@ -1,0 +1,323 @@
+"""The privacy experiment family (paper 000, Section IV): federated RadioUNet under a defense.
+
+`run(config, output_dir)` trains the two-stage RadioUNet federatedly (or the centralised
+reference) for `config.rounds` rounds and writes to `output_dir`:
+
+    config.json        the full `ExperimentConfig` (a resumed run must have the same one)
+    metrics.csv        one row per round: phase, train_loss, num_examples, val_mse, val_mse_db,
+                       seconds, and the aggregator's / finalizer's measurements
+    tensorboard/       the same values as TensorBoard scalars
+    program_state/     `tff.program.FileProgramStateManager` checkpoints, one per round
+    summary.json       best and final validation MSE, written when the run completes
+
+A run finding program state in `output_dir` resumes after the last saved round. Every random
+choice (initial weights, client sampling, shuffling) is a function of (seed, round), so the
+resumed run ends with the metrics of an uninterrupted one.
+
+Defenses are rows of `DEFENSES`: a short name, the training protocol, and a function giving the
+model-update aggregator (`tff.aggregators` factory) for a phase. A new defense is one
+`register_defense(...)` call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import tensorflow_federated as tff
+from absl import logging
+
+from tff_radiomap.data import radiomapseer
+from tff_radiomap.learning import centralised, federated_data, keras_wrap, radiounet_process
+from tff_radiomap.learning.keras_wrap import Phase
+from tff_radiomap.metrics import reconstruction
+from tff_radiomap.models import radiounet
+
+PROTOCOLS = ("two_stage", "fedsgd")
+
+
+@dataclasses.dataclass(frozen=True)
+class ExperimentConfig:
+    """One run of the privacy experiment. The defaults are the CPU default set-up."""
+
+    data_root: str
+    resolution: int = 64
+    width: float = 0.25
+    rounds: int = 50
+    stage1_rounds: int = 25
+    num_clients: int = 14
+    clients_per_round: int = 6
+    local_epochs: int = 1
+    batch_size: int = 64
+    client_optimizer: str = "adam"
+    client_learning_rate: float = 1e-3
+    server_optimizer: str = "sgd"
+    server_learning_rate: float = 1.0
+    seed: int = 0
+    defense: str = "none"
+    centralised: bool = False  # Train the centralised reference instead of the federated system.
+    val_fraction: float = 0.15
+    test_fraction: float = 0.15
+
+    def __post_init__(self):
+        checks = [
+            (self.rounds >= 1, "rounds", "an integer >= 1"),
+            (0 <= self.stage1_rounds <= self.rounds, "stage1_rounds", f"an integer in 0..rounds={self.rounds}"),
+            (self.num_clients >= 1, "num_clients", "an integer >= 1"),
+            (1 <= self.clients_per_round <= self.num_clients, "clients_per_round", f"1..num_clients={self.num_clients}"),
+            (self.local_epochs >= 1, "local_epochs", "an integer >= 1"),
+            (self.batch_size >= 1, "batch_size", "an integer >= 1"),
+            (self.client_optimizer in ("adam", "sgd"), "client_optimizer", "'adam' or 'sgd'"),
+            (self.server_optimizer in ("adam", "sgd"), "server_optimizer", "'adam' or 'sgd'"),
+            (self.client_learning_rate > 0, "client_learning_rate", "a positive number"),
+            (self.server_learning_rate > 0, "server_learning_rate", "a positive number"),
+            (self.defense in DEFENSES, "defense", f"one of {sorted(DEFENSES)}"),
+            (not self.centralised or self.defense == "none", "defense", "'none' for the centralised reference"),
+        ]
+        for ok, name, expected in checks:
+            if not ok:
+                raise ValueError(f"{name}={getattr(self, name)!r}: expected {expected}")
+        self.model_config()  # Validates resolution and width.
+
+    def model_config(self) -> radiounet.RadioUNetConfig:
+        return radiounet.RadioUNetConfig(resolution=self.resolution, width=self.width)
+
+    def phase_for_round(self, round_num: int) -> Phase:
+        if DEFENSES[self.defense].protocol == "fedsgd":
+            return Phase.JOINT
+        return Phase.STAGE1 if round_num <= self.stage1_rounds else Phase.STAGE2
+
+
+AggregatorFn = Callable[[ExperimentConfig, Phase], "radiounet_process.AggregationFactory | None"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Defense:
+    """A row of the defense table.
+
+    protocol: 'two_stage' (No Defense's protocol) or 'fedsgd'.
+    model_aggregator: (config, phase) -> a `tff.aggregators` factory for the uploads of that
+      phase, or None for the plain example-weighted mean.
+    """
+
+    protocol: str
+    model_aggregator: AggregatorFn
+    description: str
+
+
+DEFENSES: dict[str, Defense] = {}
+
+
+def register_defense(name: str, defense: Defense) -> None:
+    if defense.protocol not in PROTOCOLS:
+        raise ValueError(f"defense {name!r}: protocol={defense.protocol!r}, expected one of {PROTOCOLS}")
+    if name in DEFENSES:
+        raise ValueError(f"defense {name!r} is registered already")
+    DEFENSES[name] = defense
+
+
+register_defense("none", Defense("two_stage", lambda config, phase: None, "No Defense: two-stage protocol, weighted mean"))
+register_defense("fedsgd", Defense("fedsgd", lambda config, phase: None, "FedSGD: one local gradient step, both stages"))
+
+
+# ---------------------------------------------------------------------------------------------
+def build_trainer(config: ExperimentConfig, data: federated_data.FederatedRadioMaps):
+    """The `PhasedProcess` (federated) or `CentralisedReference` that `config` describes."""
+    model_config = config.model_config()
+    initial = keras_wrap.initial_weights(model_config, config.seed)
+    client_opt = radiounet_process.build_optimizer(config.client_optimizer, config.client_learning_rate)
+    if config.centralised:
+        return centralised.CentralisedReference(
+            model_config, initial, data.pooled_train(), config.phase_for_round, client_opt, config.batch_size, config.seed
+        )
+    server_opt = radiounet_process.build_optimizer(config.server_optimizer, config.server_learning_rate)
+    defense = DEFENSES[config.defense]
+    if defense.protocol == "fedsgd":
+        aggregator = defense.model_aggregator(config, Phase.JOINT)
+        return radiounet_process.build_fedsgd_process(model_config, initial, client_opt, server_opt, aggregator)
+    aggregators = {phase: defense.model_aggregator(config, phase) for phase in (Phase.STAGE1, Phase.STAGE2)}
+    return radiounet_process.build_two_stage_process(
+        model_config, initial, config.stage1_rounds, client_opt, server_opt, aggregators
+    )
+
+
+def load_data(config: ExperimentConfig) -> federated_data.FederatedRadioMaps:
+    data = radiomapseer.RadioMapSeer(radiomapseer.LoaderConfig(root=config.data_root, resolution=config.resolution))
+    return federated_data.FederatedRadioMaps.load(data, config.num_clients, config.seed, config.val_fraction, config.test_fraction)
+
+
+def flatten_metrics(metrics: Mapping, prefix: str = "") -> collections.OrderedDict:
+    """Numeric leaves of nested metrics as {'a/b': float or int}; empty structures are dropped."""
+    flat = collections.OrderedDict()
+    for key, value in metrics.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten_metrics(value, name + "/"))
+        elif isinstance(value, (tuple, list)) and not value:
+            continue
+        else:
+            array = np.asarray(value)
+            if array.shape == () and array.dtype.kind in "biuf":
+                flat[name] = array.item()
+    return flat
+
+
+class ConfigMismatchError(ValueError):
+    """`output_dir` holds a run with another configuration."""
+
+
+def _write_or_check_config(config: ExperimentConfig, output_dir: str) -> None:
+    path = os.path.join(output_dir, "config.json")
+    wanted = dataclasses.asdict(config)
+    if os.path.exists(path):
+        with open(path) as f:
+            found = json.load(f)
+        differing = sorted(k for k in set(found) | set(wanted) if found.get(k) != wanted.get(k))
+        if differing:
+            detail = ", ".join(f"{k}: saved {found.get(k)!r}, now {wanted.get(k)!r}" for k in differing)
+            raise ConfigMismatchError(f"{output_dir} holds a run with another configuration ({detail}); use a new output folder")
+        return
+    with open(path, "w") as f:
+        json.dump(wanted, f, indent=2, sort_keys=True)
+
+
+def run(
+    config: ExperimentConfig,
+    output_dir: str,
+    *,
+    progress: bool = True,
+    stop_after_round: int | None = None,
+) -> dict:
+    """Trains `config` into `output_dir`, resuming from its program state; returns the summary.
+
+    Federated runs need a TFF execution context (`tff_radiomap.runtime.install_local_context()`).
+    `stop_after_round` ends this call after that round (as an interrupted run would); the summary
+    is then not written and the returned dict holds 'stopped_after_round'.
+    """
+    os.makedirs(output_dir, exist_ok=True)
+    _write_or_check_config(config, output_dir)
+    started = time.monotonic()
+    data = load_data(config)
+    trainer = build_trainer(config, data)
+    evaluator = reconstruction.Evaluator(config.model_config(), *data.val)
+    sizes = data.client_sizes()
+
+    states = tff.program.FileProgramStateManager(os.path.join(output_dir, "program_state"), keep_total=3)
+    releases = tff.program.GroupingReleaseManager([
+        tff.program.CSVFileReleaseManager(os.path.join(output_dir, "metrics.csv"), key_fieldname="round"),
+        tff.program.TensorBoardReleaseManager(os.path.join(output_dir, "tensorboard")),
+        tff.program.LoggingReleaseManager(),
+    ])
+    loop = asyncio.new_event_loop()
+    try:
+        program_state, done = _restore(loop, states, trainer)
+        state = program_state["trainer_state"]
+        bar = _progress_bar(config, done, progress)
+        for round_num in range(done + 1, config.rounds + 1):
+            t0 = time.monotonic()
+            clients = federated_data.sample_clients(config.seed, round_num, config.num_clients, config.clients_per_round)
+            if config.centralised:
+                state, metrics = trainer.next(state, round_num, int(sizes[clients].sum()) * config.local_epochs)
+            else:
+                datasets = data.round_datasets(clients, round_num, config.batch_size, config.local_epochs)
+                state, metrics = trainer.next(state, round_num, datasets)
+            val_mse = evaluator.mse(trainer.network_weights(state), config.phase_for_round(round_num))
+            row = _metrics_row(metrics, val_mse, seconds=time.monotonic() - t0)
+            if math.isfinite(val_mse) and val_mse < program_state["best_val_mse"]:
+                program_state.update(best_val_mse=np.float64(val_mse), best_round=np.int32(round_num))
+            program_state.update(
+                trainer_state=state,
+                final_val_mse=np.float64(val_mse),
+                train_seconds=np.float64(program_state["train_seconds"] + row["seconds"]),
+            )
+            loop.run_until_complete(releases.release(row, key=round_num))
+            loop.run_until_complete(states.save(_to_saved(trainer, program_state), round_num))
+            bar.update(1)
+            bar.set_postfix(phase=row["phase"], val_mse_db=f"{row['val_mse_db']:.2f}")
+            if stop_after_round is not None and round_num >= stop_after_round and round_num < config.rounds:
+                bar.close()
+                return {"stopped_after_round": round_num}
+        bar.close()
+    finally:
+        loop.close()
+
+    summary = _summary(config, program_state, wall_seconds=time.monotonic() - started)
+    with open(os.path.join(output_dir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    return summary
+
+
+def _metrics_row(metrics, val_mse: float, seconds: float) -> collections.OrderedDict:
+    """One release: phase, train_loss, num_examples, val_mse(_db), seconds, then other measurements."""
+    flat = flatten_metrics({k: v for k, v in metrics.items() if k != "phase"})
+    row = collections.OrderedDict(
+        phase=int(metrics["phase"]),
+        train_loss=float(flat.pop("client_work/train_loss")),
+        num_examples=int(flat.pop("client_work/num_examples")),
+        val_mse=float(val_mse),
+        val_mse_db=reconstruction.mse_db(val_mse) if val_mse > 0 else float("nan"),
+        seconds=float(seconds),
+    )
+    row.update(flat)
+    return row
+
+
+def _initial_program_state(trainer):
+    return collections.OrderedDict(
+        trainer_state=trainer.initialize(),
+        best_val_mse=np.float64(np.inf),
+        best_round=np.int32(0),
+        final_val_mse=np.float64(np.nan),
+        train_seconds=np.float64(0.0),
+    )
+
+
+def _to_saved(trainer, program_state):
+    saved = collections.OrderedDict(program_state)
+    saved["trainer_state"] = trainer.to_program_state(program_state["trainer_state"])
+    return saved
+
+
+def _restore(loop, states, trainer):
+    """(program state, rounds done): the latest saved state, or the initial one."""
+    versions = loop.run_until_complete(states.get_versions())
+    if not versions:
+        return _initial_program_state(trainer), 0
+    done = versions[-1]
+    template = _initial_program_state(trainer)
+    template["trainer_state"] = trainer.program_state_template(done)
+    saved = loop.run_until_complete(states.load(done, template))
+    saved = collections.OrderedDict(saved)
+    saved["trainer_state"] = trainer.from_program_state(saved["trainer_state"], done)
+    logging.info("resuming after round %d", done)
+    return saved, done
+
+
+def _progress_bar(config: ExperimentConfig, done: int, enabled: bool):
+    from tqdm import tqdm
+
+    name = "centralised" if config.centralised else config.defense
+    return tqdm(total=config.rounds, initial=done, desc=f"{name} rounds", unit="round", disable=not enabled, dynamic_ncols=True)
+
+
+def _summary(config: ExperimentConfig, program_state, wall_seconds: float) -> dict:
+    best = float(program_state["best_val_mse"])
+    final = float(program_state["final_val_mse"])
+    return {
+        "defense": "centralised" if config.centralised else config.defense,
+        "rounds": config.rounds,
+        "best_val_mse": best,
+        "best_val_mse_db": reconstruction.mse_db(best),
+        "best_round": int(program_state["best_round"]),
+        "final_val_mse": final,
+        "final_val_mse_db": reconstruction.mse_db(final),
+        "train_seconds": float(program_state["train_seconds"]),
+        "wall_seconds_this_call": wall_seconds,
+    }
