@@ -45,3 +45,25 @@ def test_shape_mismatch_is_named():
         g.check_shapes([(3, 2), (5,)])
     with pytest.raises(ValueError, match="upload has 1 tensors"):
         g.check_shapes([(3, 2)])
+
+
+def test_radiounet_groups_per_phase():
+    from tff_radiomap.learning.keras_wrap import Phase, uploaded_layer_names
+    from tff_radiomap.models.radiounet import RadioUNetConfig
+
+    cfg = RadioUNetConfig(resolution=32, width=0.25)
+    g1 = G.radiounet_groups(cfg, Phase.STAGE1)
+    g2 = G.radiounet_groups(cfg, Phase.STAGE2)
+    gj = G.radiounet_groups(cfg, Phase.JOINT)
+    assert g1.names == ("stage1_transmitter", "stage2_transmitter", G.RESIDUAL)
+    assert g1.sizes[0] > 0 and g1.sizes[1] == 0
+    assert g2.sizes[0] == 0 and g2.sizes[1] > 0
+    np.testing.assert_array_equal(gj.sizes[:2], [g1.sizes[0], g2.sizes[1]])
+    assert gj.num_coordinates == g1.num_coordinates + g2.num_coordinates
+    names = uploaded_layer_names(cfg, Phase.STAGE2)
+    assert len(names) == len(g2.ids)
+    # Stage 2 reads [coarse, buildings, transmitter]: the transmitter is input channel 2.
+    k = names.index("s2_input_conv/kernel:0")
+    assert np.all(g2.ids[k][:, :, 2, :] == 1) and np.all(g2.ids[k][:, :, :2, :] == 2)
+    fuse = names.index("s2_input_fuse_conv/kernel:0")
+    assert np.sum(g2.ids[fuse] == 1) == g2.ids[fuse].shape[0] * g2.ids[fuse].shape[1] * g2.ids[fuse].shape[3]

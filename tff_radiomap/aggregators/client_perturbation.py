@@ -94,6 +94,28 @@ class ClientPerturbationFactory(tff.aggregators.UnweightedAggregationFactory, tf
             return tf.random.normal(shape) * sigma
         return tf.random.stateless_normal(shape, seed=seed) * sigma
 
+    # -- outside TFF ---------------------------------------------------------------------------
+    def initial_extras(self) -> collections.OrderedDict:
+        """The defense parameters a fresh process starts with (what `privatize` uses by default)."""
+        return self._initial_extras(self.groups)
+
+    def privatize(self, flat, extras=None, seed=None):
+        """Clip and perturb one upload outside TFF (eager TF), exactly as a client would.
+
+        Used by the attack to privatize observed traces. `flat` is a list of tensors matching the
+        factory's groups; `extras` are defense parameters (default: `initial_extras()`); `seed` a
+        stateless seed pair for reproducible noise. Returns (noised list, sigma [G]).
+        """
+        groups = self.groups or ParameterGroups.single([tuple(t.shape) for t in flat])
+        groups.check_shapes([tuple(t.shape) for t in flat])
+        extras = self.initial_extras() if extras is None else extras
+        extras = tf.nest.map_structure(tf.convert_to_tensor, extras)
+        clipped, _ = self._clip([tf.convert_to_tensor(t, tf.float32) for t in flat])
+        seeds = None
+        if seed is not None:
+            seeds = [tf.constant([seed, i], tf.int64) for i in range(2 * len(flat))]
+        return self._perturb(extras, clipped, [tf.constant(a) for a in groups.ids], groups, seeds)
+
     # -- the TFF process ----------------------------------------------------------------------
     def budget(self, groups: ParameterGroups | None = None) -> float:
         """B = d (C nu)^2 for the given (or the factory's) groups."""

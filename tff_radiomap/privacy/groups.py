@@ -148,3 +148,37 @@ def groups_for_variables(
             a[tuple(sl)] = index[group_of_kernel[v.name]]
         ids.append(a)
     return ParameterGroups(names, tuple(n != RESIDUAL for n in names), tuple(ids))
+
+
+def radiounet_groups(config, phase) -> ParameterGroups:
+    """Groups over the update a RadioUNet client uploads in `phase` (a `keras_wrap.Phase`).
+
+    One transmitter-sensitive group per stage ('stage1_transmitter', 'stage2_transmitter'), found
+    by following the transmitter channel of each stage's raw input `x` (channel 1) through its
+    concatenations, and the residual group. A stage that is not uploaded in `phase` leaves its
+    group empty (d_g = 0), so the budget goes to the groups that are uploaded.
+    """
+    from tff_radiomap.learning import keras_wrap
+
+    # Built eagerly: a model made inside a tf.Graph would invalidate the caller's eager models.
+    model = keras_wrap.build_phase_model(config, phase)
+    slices = {}
+    for stage in _nested_models(model, ("stage1", "stage2")):
+        slices.update(transmitter_channel_slices(stage))
+    group_of = {name: ("stage1_transmitter" if name.startswith("s1_") else "stage2_transmitter") for name in slices}
+    groups = groups_for_variables(model.trainable_variables, slices, group_of)
+    # Keep both stage groups present in the names even when one is not uploaded.
+    names = ("stage1_transmitter", "stage2_transmitter", RESIDUAL)
+    remap = np.array([names.index(n) for n in groups.names], np.int32)
+    return ParameterGroups(names, (True, True, False), tuple(remap[a] for a in groups.ids))
+
+
+def _nested_models(model: tf.keras.Model, names) -> list[tf.keras.Model]:
+    """`model` itself and every Keras model nested in it whose name is in `names`."""
+    found, stack = [], [model]
+    while stack:
+        m = stack.pop()
+        if m.name in names:
+            found.append(m)
+        stack.extend(layer for layer in getattr(m, "layers", []) if isinstance(layer, tf.keras.Model))
+    return found
