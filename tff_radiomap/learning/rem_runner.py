@@ -202,6 +202,34 @@ def select_clients(num_clients: int, per_round: int, seed: int, round_num: int) 
     return sorted(np.random.default_rng([seed, round_num]).choice(num_clients, per_round, replace=False).tolist())
 
 
+def _process_for(method: Method, data_type, n_max: int, seed: int, processes: dict | None):
+    """The method's process for this data type: built, or reused from `processes`."""
+    key = (json.dumps(method.record(), sort_keys=True, default=str), n_max, seed)
+    if processes is not None and key in processes:
+        return processes[key]
+    built = epfl_remnet.build_process(method.config, data_type, method.local, seed=seed)
+    if processes is not None:
+        processes[key] = built
+    return built
+
+
+def _write_row(csv_path: str, fields: list[str], writer, row: dict) -> None:
+    with open(csv_path, "a", newline="") as f:
+        csv.DictWriter(f, fieldnames=fields).writerow(row)
+    with writer.as_default(step=row["round"]):
+        for key, value in row.items():
+            if key != "round":
+                tf.summary.scalar(key, value)
+
+
+def _write_json(path: str, content: dict) -> dict:
+    content = json.loads(json.dumps(content))  # As a rerun will read it back (lists, not tuples).
+    with open(path + ".tmp", "w") as f:
+        json.dump(content, f, indent=2)
+    os.replace(path + ".tmp", path)
+    return content
+
+
 def run_experiment(
     run_dir: str, scenario: RemScenario, method: Method, run: RunConfig, log=print, pad_to: int | None = None, processes: dict | None = None
 ) -> dict:
@@ -211,26 +239,19 @@ def run_experiment(
     type; `processes` (a dict the caller keeps) then reuses a process built for an earlier run
     of the same method instead of tracing it again.
     """
-    full_record = {"method": method.record(), "scenario": scenario.name, "data": dataclasses.asdict(scenario.config), "run": dataclasses.asdict(run)}
-    _prepare_run_dir(run_dir, full_record)
+    record = {"method": method.record(), "scenario": scenario.name, "data": dataclasses.asdict(scenario.config), "run": dataclasses.asdict(run)}
+    _prepare_run_dir(run_dir, record)
     final_path = os.path.join(run_dir, "final.json")
     if os.path.exists(final_path):
         with open(final_path) as f:
             return json.load(f)
 
-    config, local = method.config, method.local
-    data, n_max = padded_client_data(scenario)
+    data, n_max = padded_client_data(scenario, pad_to)
     data_type = epfl_remnet.client_data_type(n_max, scenario.num_features, scenario.num_outputs)
-    key = (json.dumps(method.record(), sort_keys=True, default=str), n_max, run.seed)
-    if processes is not None and key in processes:
-        process, layout = processes[key]
-    else:
-        process, layout = epfl_remnet.build_process(config, data_type, local, seed=run.seed)
-        if processes is not None:
-            processes[key] = (process, layout)
-    store = ClientStateStore({i: epfl_remnet.initial_client_state(config, layout, seed=run.seed * 1000 + i) for i in range(len(data))})
+    process, layout = _process_for(method, data_type, n_max, run.seed, processes)
+    store = ClientStateStore({i: epfl_remnet.initial_client_state(method.config, layout, seed=run.seed * 1000 + i) for i in range(len(data))})
     server_state = process.initialize()
-    evaluate = Evaluator(local, layout, scenario)
+    evaluate = Evaluator(method.local, layout, scenario)
 
     fields = _csv_fields(scenario.num_outputs)
     csv_path, ckpt_path = os.path.join(run_dir, "metrics.csv"), os.path.join(run_dir, "checkpoint.npz")
@@ -248,25 +269,15 @@ def run_experiment(
         server_state, new_states, metrics = process.next(server_state, store.gather(ids), [data[i] for i in ids])
         store.scatter(ids, new_states)
         meta["cum_uplink_bytes"] += int(metrics["uplink_bytes"])
-        row = {
-            "round": r,
-            "train_loss": float(metrics["train_loss"]),
-            "uploads": int(metrics["uploads"]),
-            "uplink_bytes": int(metrics["uplink_bytes"]),
-            "cum_uplink_mb": meta["cum_uplink_bytes"] / MEGABYTE,
-        }
+        row = {"round": r, "train_loss": float(metrics["train_loss"]), "uploads": int(metrics["uploads"]), "uplink_bytes": int(metrics["uplink_bytes"])}
+        row["cum_uplink_mb"] = meta["cum_uplink_bytes"] / MEGABYTE
         if (r + 1) % run.eval_every == 0 or r == run.rounds - 1:
             accuracy = evaluate(server_state, store)
             row.update(accuracy.row())
         row["round_s"] = time.monotonic() - start
         meta["wall_s"] += row["round_s"]
         meta["round"] = r
-        with open(csv_path, "a", newline="") as f:
-            csv.DictWriter(f, fieldnames=fields).writerow(row)
-        with writer.as_default(step=r):
-            for key, value in row.items():
-                if key != "round":
-                    tf.summary.scalar(key, value)
+        _write_row(csv_path, fields, writer, row)
         if (r + 1) % run.checkpoint_every == 0 or r == run.rounds - 1:
             save_checkpoint(ckpt_path, server_state, store, meta)
         if "macro_rmse" in row:
@@ -279,13 +290,8 @@ def run_experiment(
         **dataclasses.asdict(accuracy),
         "cum_uplink_mb": meta["cum_uplink_bytes"] / MEGABYTE,
         "cum_uplink_bytes": meta["cum_uplink_bytes"],
-        "bytes_per_upload": epfl_remnet.upload_bytes_per_client(epfl_remnet.upload_factory(config), layout.uploaded_type),
+        "bytes_per_upload": epfl_remnet.upload_bytes_per_client(epfl_remnet.upload_factory(method.config), layout.uploaded_type),
         "rounds": run.rounds,
         "wall_s": meta["wall_s"],
     }
-    final = json.loads(json.dumps(final))  # As a rerun will read it back (lists, not tuples).
-    with open(final_path + ".tmp", "w") as f:
-        json.dump(final, f, indent=2)
-    os.replace(final_path + ".tmp", final_path)
-    return final
-
+    return _write_json(final_path, final)
