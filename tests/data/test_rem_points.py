@@ -1,9 +1,13 @@
 """EPFL-REMNet point data: features, scenarios, the client grid and per-client normalization."""
 
+import json
+import os
+
 import numpy as np
 import pytest
 
 from tff_radiomap.data import rem_points, synthetic
+from tff_radiomap.data.radiomapseer import DataLayoutError
 
 
 @pytest.fixture(scope="module")
@@ -13,8 +17,6 @@ def rem_root(tmp_path_factory):
 
 
 def test_quadrant_placement_puts_one_base_station_per_quadrant(rem_root):
-    import json, os
-
     with open(os.path.join(rem_root, "antenna", "0.json")) as f:
         xy = json.load(f)
     quadrants = [(y >= 32, x >= 32) for x, y in xy]
@@ -86,7 +88,5 @@ def test_bad_configuration_and_missing_files_are_named(tmp_path):
         rem_points.RemPointsConfig(test_fraction=1.0)
     with pytest.raises(ValueError, match="scenario='extreme'"):
         rem_points.scenario_mask(np.zeros(3), "extreme", (0.0, 1.0))
-    from tff_radiomap.data.radiomapseer import DataLayoutError
-
     with pytest.raises(DataLayoutError, match="buildings_complete"):
         rem_points.load_rem_map(str(tmp_path), 0)

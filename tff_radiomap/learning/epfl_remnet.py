@@ -299,8 +299,9 @@ def build_process(
     Returns the process and the layout (keys and initial values) of the parameters. Metrics:
     `train_loss` (examples-weighted mean over clients), `uploads` (clients that uploaded),
     `uplink_bytes` (exact bytes they sent: uploads x bytes per upload of the device's shared part
-    + per-step side bytes),
-    `aggregator` (the upload factory's measurements).
+    + per-step side bytes), `aggregator` (the upload factory's measurements; its own
+    `uplink_bytes` counts every client it aggregates, zero-weight non-sync clients included, so
+    the process's `uplink_bytes` is the figure to use).
     """
     local = local or local_lib.remnet_local_model(config.model, config.split_head)
     layout = model_layout(local, seed)
