@@ -207,7 +207,6 @@ def run(
     data = load_data(config)
     trainer = build_trainer(config, data)
     evaluator = reconstruction.Evaluator(config.model_config(), *data.val)
-    sizes = data.client_sizes()
 
     states = tff.program.FileProgramStateManager(os.path.join(output_dir, "program_state"), keep_total=3)
     releases = tff.program.GroupingReleaseManager([
@@ -218,30 +217,14 @@ def run(
     loop = asyncio.new_event_loop()
     try:
         program_state, done = _restore(loop, states, trainer)
-        state = program_state["trainer_state"]
         bar = _progress_bar(config, done, progress)
         for round_num in range(done + 1, config.rounds + 1):
-            t0 = time.monotonic()
-            clients = federated_data.sample_clients(config.seed, round_num, config.num_clients, config.clients_per_round)
-            if config.centralised:
-                state, metrics = trainer.next(state, round_num, int(sizes[clients].sum()) * config.local_epochs)
-            else:
-                datasets = data.round_datasets(clients, round_num, config.batch_size, config.local_epochs)
-                state, metrics = trainer.next(state, round_num, datasets)
-            val_mse = evaluator.mse(trainer.network_weights(state), config.phase_for_round(round_num))
-            row = _metrics_row(metrics, val_mse, seconds=time.monotonic() - t0)
-            if math.isfinite(val_mse) and val_mse < program_state["best_val_mse"]:
-                program_state.update(best_val_mse=np.float64(val_mse), best_round=np.int32(round_num))
-            program_state.update(
-                trainer_state=state,
-                final_val_mse=np.float64(val_mse),
-                train_seconds=np.float64(program_state["train_seconds"] + row["seconds"]),
-            )
+            row = _train_round(config, data, trainer, evaluator, program_state, round_num)
             loop.run_until_complete(releases.release(row, key=round_num))
             loop.run_until_complete(states.save(_to_saved(trainer, program_state), round_num))
             bar.update(1)
             bar.set_postfix(phase=row["phase"], val_mse_db=f"{row['val_mse_db']:.2f}")
-            if stop_after_round is not None and round_num >= stop_after_round and round_num < config.rounds:
+            if stop_after_round is not None and stop_after_round <= round_num < config.rounds:
                 bar.close()
                 return {"stopped_after_round": round_num}
         bar.close()
@@ -252,6 +235,29 @@ def run(
     with open(os.path.join(output_dir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
     return summary
+
+
+def _train_round(config, data, trainer, evaluator, program_state, round_num: int) -> collections.OrderedDict:
+    """Runs round `round_num`, updates `program_state` in place, returns the round's metrics."""
+    t0 = time.monotonic()
+    state = program_state["trainer_state"]
+    clients = federated_data.sample_clients(config.seed, round_num, config.num_clients, config.clients_per_round)
+    if config.centralised:
+        num_samples = int(data.client_sizes()[clients].sum()) * config.local_epochs
+        state, metrics = trainer.next(state, round_num, num_samples)
+    else:
+        datasets = data.round_datasets(clients, round_num, config.batch_size, config.local_epochs)
+        state, metrics = trainer.next(state, round_num, datasets)
+    val_mse = evaluator.mse(trainer.network_weights(state), config.phase_for_round(round_num))
+    row = _metrics_row(metrics, val_mse, seconds=time.monotonic() - t0)
+    if math.isfinite(val_mse) and val_mse < program_state["best_val_mse"]:
+        program_state.update(best_val_mse=np.float64(val_mse), best_round=np.int32(round_num))
+    program_state.update(
+        trainer_state=state,
+        final_val_mse=np.float64(val_mse),
+        train_seconds=np.float64(program_state["train_seconds"] + row["seconds"]),
+    )
+    return row
 
 
 def _metrics_row(metrics, val_mse: float, seconds: float) -> collections.OrderedDict:
