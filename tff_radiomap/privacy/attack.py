@@ -179,6 +179,8 @@ def run_attack(collector: TraceCollector, samples: dict, config: AttackConfig) -
     train, test = split_traces(len(samples["x"]), config)
     f_train = collector.collect(samples["x"][train], samples["y"][train])
     f_test = collector.collect(samples["x"][test], samples["y"][test])
+    if not (np.all(np.isfinite(f_train)) and np.all(np.isfinite(f_test))):
+        raise FloatingPointError("attack traces are not finite: the global model's local steps diverged")
     c_train, c_test = samples["coords_m"][train].astype(np.float64), samples["coords_m"][test].astype(np.float64)
     attacker = LocalizationAttacker(config.ridge_alphas, config.validation_fraction, config.seed).fit(f_train, c_train)
     constant = np.broadcast_to(c_train.mean(0), c_test.shape)

@@ -28,7 +28,9 @@ def sigmas_from_energy(energy, group_sizes):
     """sigma_g = sqrt(E_g / d_g) (Eq. (16)); 0 for an empty group."""
     energy = tf.convert_to_tensor(energy, tf.float32)
     sizes = tf.cast(tf.convert_to_tensor(group_sizes), tf.float32)
-    return tf.where(sizes > 0, tf.sqrt(tf.maximum(energy, 0.0) / tf.maximum(sizes, 1.0)), 0.0)
+    # The floor inside the sqrt keeps the gradient finite for empty groups (E_g = 0), whose
+    # branch tf.where discards but still differentiates.
+    return tf.where(sizes > 0, tf.sqrt(tf.maximum(energy, 1e-30) / tf.maximum(sizes, 1.0)), 0.0)
 
 
 def masked_softmax(logits, group_sizes):

@@ -1,0 +1,97 @@
+"""The privacy defenses inside the two-stage RadioUNet process, with the attack and allocator hooks."""
+
+import collections
+import dataclasses
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tff_radiomap.aggregators import AdaptiveGroupNoiseFactory, DirectedNoiseFactory
+from tff_radiomap.experiments import privacy_defenses as pd
+from tff_radiomap.learning import keras_wrap, radiounet_process as rp
+from tff_radiomap.learning.keras_wrap import Phase
+from tff_radiomap.models import radiounet
+
+
+@dataclasses.dataclass(frozen=True)
+class _Config:
+    """The fields of the experiment configuration the hooks read."""
+
+    resolution: int = 16
+    width: float = 0.125
+    rounds: int = 4
+    stage1_rounds: int = 2
+    clip_norm: float = 0.01  # Small enough that nu = 3 noise under server SGD(1.0) keeps the model finite.
+    noise_multiplier: float = 3.0
+    sigma_min: float = 0.0
+    seed: int = 0
+    client_optimizer: str = "sgd"
+    client_learning_rate: float = 0.05
+    attack_every: int = 2
+    attack_steps: int = 2
+    attack_train_traces: int = 24
+    attack_test_traces: int = 8
+    allocator_lambda_p: float = 1.0
+    allocator_lambda_h: float = 0.01
+    map_size_m: float = 64.0
+
+    def model_config(self):
+        return radiounet.RadioUNetConfig(resolution=self.resolution, width=self.width)
+
+    def phase_for_round(self, r):
+        return Phase.STAGE1 if r <= self.stage1_rounds else Phase.STAGE2
+
+
+def _pool(n=32, seed=0):
+    rng = np.random.default_rng(seed)
+    x = np.zeros((n, 16, 16, 2), np.float32)
+    x[..., 0] = rng.random((n, 16, 16)) < 0.3
+    pos = rng.integers(0, 16, size=(n, 2))
+    x[np.arange(n), pos[:, 0], pos[:, 1], 1] = 1
+    return {"x": x, "y": rng.random((n, 16, 16, 1)).astype(np.float32), "coords_m": (pos[:, ::-1] * 4 + 2).astype(np.float32)}
+
+
+def _datasets(pool):
+    return [
+        tf.data.Dataset.from_tensor_slices(collections.OrderedDict(x=pool["x"][i::3], y=pool["y"][i::3])).batch(4) for i in range(3)
+    ]
+
+
+def test_factories_per_phase():
+    cfg = _Config()
+    assert isinstance(pd.make_factory("directed", cfg, Phase.STAGE1), DirectedNoiseFactory)
+    adaptive2 = pd.make_factory("adaptive", cfg, Phase.STAGE2)
+    assert isinstance(adaptive2, AdaptiveGroupNoiseFactory) and adaptive2.phase == 1
+    assert adaptive2.groups.sizes[0] == 0 and adaptive2.groups.sizes[1] > 0
+    with pytest.raises(ValueError, match="defense 'bogus'"):
+        pd.make_factory("bogus", cfg, Phase.STAGE1)
+
+
+def test_adaptive_defense_runs_in_the_two_stage_process_with_hooks(tff_runtime):
+    cfg = _Config()
+    pool = _pool()
+    initial = keras_wrap.initial_weights(cfg.model_config(), seed=0)
+    factories = {p: pd.make_factory("adaptive", cfg, p) for p in (Phase.STAGE1, Phase.STAGE2)}
+    trainer = rp.build_two_stage_process(
+        cfg.model_config(), initial, cfg.stage1_rounds, rp.build_optimizer("sgd", 0.05), rp.build_optimizer("sgd", 1.0), factories
+    )
+    hooks = pd.PrivacyHooks(cfg, pool, factories)
+    state = trainer.initialize()
+    seen = []
+    for r in range(1, cfg.rounds + 1):
+        if hooks.attack_due(r):
+            result = hooks.attack(trainer, state, r)
+            assert np.isfinite(result["attack_rmse_m"]) and result["attack_constant_rmse_m"] > 0
+            seen.append(r)
+        state, metrics = trainer.next(state, r, _datasets(pool))
+        spent = metrics["aggregator"]["defense"]["budget_spent"]
+        assert spent == pytest.approx(metrics["aggregator"]["defense"]["budget"], rel=1e-4)
+        before = {k: np.array(v) for k, v in pd.aggregator_extras(state, factories[Phase(int(state["phase"]))])["eta"].items()}
+        state, measured = hooks.train_allocator(trainer, state, r)
+        after = pd.aggregator_extras(state, factories[Phase(int(state["phase"]))])["eta"]
+        assert any(not np.allclose(before[k], after[k]) for k in before)
+        assert measured["allocator/weight_residual"] >= 0, (r, measured)
+    assert seen == [1, 2, 4]
+    weights = trainer.network_weights(state)
+    assert all(np.all(np.isfinite(w)) for w in weights.stage1 + weights.stage2)

@@ -1,0 +1,48 @@
+import csv
+import json
+import os
+
+import pytest
+
+from tff_radiomap.experiments import privacy_table as pt
+
+
+def _fake_run(root, method, seed, best_db, attack):
+    d = os.path.join(root, f"{method}_s{seed}")
+    os.makedirs(d)
+    with open(os.path.join(d, "metrics.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["round", "val_mse_db", "attack_rmse_m", "attack_constant_rmse_m"])
+        w.writeheader()
+        w.writerow({"round": 1, "val_mse_db": -5, "attack_rmse_m": 30, "attack_constant_rmse_m": 100})
+        w.writerow({"round": 2, "val_mse_db": best_db, "attack_rmse_m": "", "attack_constant_rmse_m": ""})
+        w.writerow({"round": 3, "val_mse_db": best_db + 0.5, "attack_rmse_m": attack, "attack_constant_rmse_m": 100})
+    with open(os.path.join(d, "summary.json"), "w") as f:
+        json.dump({"best_val_mse_db": best_db}, f)
+
+
+def test_table_and_figure_from_runs(tmp_path):
+    root = str(tmp_path)
+    for seed, (db, att) in enumerate([(-10.0, 40.0), (-12.0, 60.0)]):
+        _fake_run(root, "uniform", seed, db, att)
+        _fake_run(root, "none", seed, db - 3, att / 2)
+    out = pt.write_results(root, ["none", "uniform"], [0, 1])
+    rows = {r["method"]: r for r in out["rows"]}
+    u = rows["Uniform Noise"]
+    assert u["best_val_mse_db_mean"] == pytest.approx(-11.0) and u["best_val_mse_db_std"] == pytest.approx(1.0)
+    assert u["final_attack_rmse_m_mean"] == pytest.approx(50.0) and u["constant_guess_rmse_m"] == pytest.approx(100.0)
+    assert rows["No Defense"]["final_attack_rmse_m_mean"] == pytest.approx(25.0)
+    assert os.path.getsize(out["figure"]) > 1000
+    assert "| Uniform Noise | -11.00 +- 1.00 | 50.00 +- 10.00 | 100.00 |" in open(out["table_md"]).read()
+
+
+def test_missing_run_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="none_s0"):
+        pt.write_results(str(tmp_path), ["none"], [0])
+
+
+def test_finished_runs_are_not_rerun(tmp_path):
+    root = str(tmp_path)
+    _fake_run(root, "none", 0, -10.0, 20.0)
+    calls = []
+    pt.run_table(type("C", (), {})(), ["none"], [0], root, run_fn=lambda c, d: calls.append(d))
+    assert calls == []

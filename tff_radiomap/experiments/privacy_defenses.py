@@ -1,0 +1,126 @@
+"""The privacy defenses of paper 000 in the experiment runner: factories per phase, the attack
+evaluated between rounds, and the adaptive allocator's training between rounds.
+
+Each defense uses the two-stage protocol and uploads, per phase, the trainable weights of that
+phase; its parameter groups (`privacy.groups.radiounet_groups`) are built per phase, so the budget
+B = d (C nu)^2 counts the coordinates actually uploaded.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+import numpy as np
+import tensorflow as tf
+
+from tff_radiomap.aggregators import AdaptiveGroupNoiseFactory, ClipOnlyFactory, DirectedNoiseFactory, UniformNoiseFactory
+from tff_radiomap.aggregators.client_perturbation import with_extras
+from tff_radiomap.learning import keras_wrap, radiounet_process
+from tff_radiomap.learning.keras_wrap import Phase
+from tff_radiomap.models import radiounet
+from tff_radiomap.privacy import allocator, attack, groups
+
+NOISE_DEFENSES = ("uniform", "directed", "adaptive")
+
+
+def make_factory(name: str, config, phase: Phase):
+    """The `tff.aggregators` factory of defense `name` for the uploads of `phase`."""
+    g = groups.radiounet_groups(config.model_config(), phase)
+    c, nu, seed = config.clip_norm, config.noise_multiplier, config.seed
+    if name == "clip":
+        return ClipOnlyFactory(c)
+    if name == "uniform":
+        return UniformNoiseFactory(c, nu, groups=g, seed=seed)
+    if name == "directed":
+        return DirectedNoiseFactory(c, nu, groups=g, seed=seed)
+    if name == "adaptive":
+        return AdaptiveGroupNoiseFactory(
+            c, nu, groups=g, total_rounds=config.rounds, phase=int(phase == Phase.STAGE2), sigma_min=config.sigma_min, seed=seed
+        )
+    raise ValueError(f"defense {name!r}: expected one of clip, {', '.join(NOISE_DEFENSES)}")
+
+
+def phase_model(config, phase: Phase, weights: keras_wrap.NetworkWeights) -> tf.keras.Model:
+    """The Keras model whose trainable weights `phase` uploads, holding `weights`."""
+    net = radiounet.build_radiounet(config.model_config())
+    weights.assign_to(net)
+    if phase == Phase.STAGE1:
+        return net.stage1
+    if phase == Phase.STAGE2:
+        net.stage1.trainable = False
+    x = net.wnet.input
+    return tf.keras.Model(x, net.wnet(x)[1])
+
+
+def aggregator_extras(state, factory):
+    """The defense extras in a `PhasedProcess` state (the factory's initial ones if absent)."""
+    agg = getattr(state["learning"], "aggregator", None)
+    if isinstance(agg, collections.abc.Mapping) and "extras" in agg:
+        return agg["extras"]
+    return factory.initial_extras()
+
+
+def replace_extras(state, **updates):
+    """A `PhasedProcess` state whose aggregator extras have `updates` (e.g. eta)."""
+    learning = state["learning"]  # A tff.learning.templates.LearningAlgorithmState (a NamedTuple).
+    new_learning = learning._replace(aggregator=with_extras(learning.aggregator, **updates))
+    return collections.OrderedDict(phase=state["phase"], learning=new_learning)
+
+
+@dataclasses.dataclass
+class PrivacyHooks:
+    """Attack evaluation and allocator training around the rounds of one run."""
+
+    config: object
+    attacker_pool: dict  # x, y, coords_m of the training maps' samples.
+    factories: dict  # Phase -> factory or None.
+    allocator_trainer: dict = dataclasses.field(default_factory=dict)
+
+    def attack_due(self, round_num: int) -> bool:
+        every = self.config.attack_every
+        return every > 0 and (round_num == 1 or round_num % every == 0 or round_num == self.config.rounds)
+
+    def attack(self, trainer, state, round_num: int) -> dict:
+        """Attacker RMSE against the uploads of round `round_num` (from the model broadcast in it)."""
+        cfg = self.config
+        phase = cfg.phase_for_round(round_num)
+        factory = self.factories.get(phase)
+        model = phase_model(cfg, phase, trainer.network_weights(state))
+        extras = None
+        if factory is not None:
+            in_phase = int(state["phase"]) == int(phase)
+            extras = aggregator_extras(state, factory) if in_phase else factory.initial_extras()
+        optimizer = radiounet_process.build_optimizer(cfg.client_optimizer, cfg.client_learning_rate)
+        collector = attack.TraceCollector(model, optimizer, cfg.attack_steps, factory, extras)
+        result = attack.run_attack(
+            collector,
+            self.attacker_pool,
+            attack.AttackConfig(cfg.attack_steps, cfg.attack_train_traces, cfg.attack_test_traces, seed=cfg.seed + round_num),
+        )
+        return {"attack_rmse_m": result.rmse_m, "attack_constant_rmse_m": result.constant_rmse_m}
+
+    def train_allocator(self, trainer, state, round_num: int):
+        """After round `round_num`: one allocator round for the adaptive defense; new state."""
+        cfg = self.config
+        phase = Phase(int(state["phase"]))
+        factory = self.factories.get(phase)
+        if not isinstance(factory, AdaptiveGroupNoiseFactory):
+            return state, {}
+        if phase not in self.allocator_trainer:
+            self.allocator_trainer[phase] = allocator.AllocatorTrainer(
+                factory,
+                allocator.AllocatorConfig(lambda_p=cfg.allocator_lambda_p, lambda_h=cfg.allocator_lambda_h, seed=cfg.seed, map_size_m=cfg.map_size_m),
+            )
+        model = phase_model(cfg, phase, trainer.network_weights(state))
+        optimizer = radiounet_process.build_optimizer(cfg.client_optimizer, cfg.client_learning_rate)
+        eta, measurements = self.allocator_trainer[phase].round(
+            model, optimizer, self.attacker_pool, aggregator_extras(state, factory), steps=cfg.attack_steps
+        )
+        return replace_extras(state, eta=eta), {f"allocator/{k}": v for k, v in measurements.items()}
+
+
+def attacker_pool(data, split_train) -> dict:
+    """x, y, coords_m of every sample of the training maps (the observer's labelled pool)."""
+    a = data.arrays(split_train)
+    return {"x": a["x"], "y": a["y"], "coords_m": a["coords_m"]}
