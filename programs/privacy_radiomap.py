@@ -35,6 +35,12 @@ flags.DEFINE_enum("server_optimizer", _DEFAULTS.server_optimizer, ["adam", "sgd"
 flags.DEFINE_float("server_learning_rate", _DEFAULTS.server_learning_rate, "Server learning rate.")
 flags.DEFINE_integer("seed", _DEFAULTS.seed, "Seed of the split, partition, sampling, shuffling and initial weights.")
 flags.DEFINE_string("defense", _DEFAULTS.defense, f"One of: {', '.join(sorted(experiment.DEFENSES))}.")
+flags.DEFINE_float("clip_norm", _DEFAULTS.clip_norm, "L2 clipping norm C of the privacy defenses.")
+flags.DEFINE_float("noise_multiplier", _DEFAULTS.noise_multiplier, "Noise multiplier nu; budget B = d (C nu)^2.")
+flags.DEFINE_float("sigma_min", _DEFAULTS.sigma_min, "Adaptive defense's per-coordinate noise floor (0: none).")
+flags.DEFINE_integer("attack_every", _DEFAULTS.attack_every, "Run the localization attack at round 1, every n rounds and the last (0: never).")
+flags.DEFINE_integer("attack_train_traces", _DEFAULTS.attack_train_traces, "Labelled traces the attacker trains on.")
+flags.DEFINE_integer("attack_test_traces", _DEFAULTS.attack_test_traces, "Held-out traces the attack is scored on.")
 flags.DEFINE_bool("centralised", False, "Train the centralised reference (same model and sample passes, no federation).")
 flags.DEFINE_string("output_dir", None, "Results folder; default runs/privacy_radiomap/<defense>_s<seed>.")
 flags.DEFINE_bool("progress", True, "Show a progress bar.")
@@ -51,6 +57,10 @@ def _config() -> experiment.ExperimentConfig:
     common.require(FLAGS.local_epochs >= 1, "local_epochs", FLAGS.local_epochs, "an integer >= 1")
     common.require(FLAGS.batch_size >= 1, "batch_size", FLAGS.batch_size, "an integer >= 1")
     common.require(FLAGS.width > 0, "width", FLAGS.width, "a positive multiplier")
+    common.require(FLAGS.clip_norm > 0, "clip_norm", FLAGS.clip_norm, "a positive number")
+    common.require(FLAGS.noise_multiplier >= 0, "noise_multiplier", FLAGS.noise_multiplier, "a non-negative number")
+    common.require(FLAGS.sigma_min >= 0, "sigma_min", FLAGS.sigma_min, "a non-negative number")
+    common.require(FLAGS.attack_every >= 0, "attack_every", FLAGS.attack_every, "an integer >= 0")
     common.require(FLAGS.client_learning_rate > 0, "client_learning_rate", FLAGS.client_learning_rate, "a positive number")
     common.require(FLAGS.server_learning_rate > 0, "server_learning_rate", FLAGS.server_learning_rate, "a positive number")
     if FLAGS.data_root is not None:
@@ -78,6 +88,12 @@ def _config() -> experiment.ExperimentConfig:
             seed=FLAGS.seed,
             defense=FLAGS.defense,
             centralised=FLAGS.centralised,
+            clip_norm=FLAGS.clip_norm,
+            noise_multiplier=FLAGS.noise_multiplier,
+            sigma_min=FLAGS.sigma_min,
+            attack_every=FLAGS.attack_every,
+            attack_train_traces=FLAGS.attack_train_traces,
+            attack_test_traces=FLAGS.attack_test_traces,
         )
     except ValueError as exc:  # Resolution and width are checked against each other here.
         common.fail(str(exc))

@@ -35,6 +35,7 @@ import tensorflow_federated as tff
 from absl import logging
 
 from tff_radiomap.data import radiomapseer
+from tff_radiomap.experiments import privacy_defenses
 from tff_radiomap.learning import centralised, federated_data, keras_wrap, radiounet_process
 from tff_radiomap.learning.keras_wrap import Phase
 from tff_radiomap.metrics import reconstruction
@@ -65,6 +66,17 @@ class ExperimentConfig:
     centralised: bool = False  # Train the centralised reference instead of the federated system.
     val_fraction: float = 0.15
     test_fraction: float = 0.15
+    # Privacy defenses and the attack (paper 000, Section III); see privacy_defenses.py.
+    clip_norm: float = 1.0  # C
+    noise_multiplier: float = 3.0  # nu; budget B = d (C nu)^2
+    sigma_min: float = 0.0  # Adaptive defense's noise floor (0: none)
+    attack_every: int = 0  # Attack at round 1, every n rounds and the last; 0: never
+    attack_steps: int = 3  # S
+    attack_train_traces: int = 1024
+    attack_test_traces: int = 256
+    allocator_lambda_p: float = 1.0
+    allocator_lambda_h: float = 0.01
+    map_size_m: float = 256.0
 
     def __post_init__(self):
         checks = [
@@ -80,6 +92,13 @@ class ExperimentConfig:
             (self.server_learning_rate > 0, "server_learning_rate", "a positive number"),
             (self.defense in DEFENSES, "defense", f"one of {sorted(DEFENSES)}"),
             (not self.centralised or self.defense == "none", "defense", "'none' for the centralised reference"),
+            (math.isfinite(self.clip_norm) and self.clip_norm > 0, "clip_norm", "a positive number"),
+            (math.isfinite(self.noise_multiplier) and self.noise_multiplier >= 0, "noise_multiplier", "a non-negative number"),
+            (math.isfinite(self.sigma_min) and self.sigma_min >= 0, "sigma_min", "a non-negative number"),
+            (self.attack_every >= 0, "attack_every", "an integer >= 0"),
+            (self.attack_steps >= 1, "attack_steps", "an integer >= 1"),
+            (self.attack_train_traces >= 10, "attack_train_traces", "an integer >= 10"),
+            (self.attack_test_traces >= 1, "attack_test_traces", "an integer >= 1"),
         ]
         for ok, name, expected in checks:
             if not ok:
@@ -125,6 +144,13 @@ def register_defense(name: str, defense: Defense) -> None:
 
 register_defense("none", Defense("two_stage", lambda config, phase: None, "No Defense: two-stage protocol, weighted mean"))
 register_defense("fedsgd", Defense("fedsgd", lambda config, phase: None, "FedSGD: one local gradient step, both stages"))
+for _name, _text in (
+    ("clip", "Clip Only: client-side L2 clipping at C"),
+    ("uniform", "Uniform Noise: clip, then N(0, (C nu)^2) on every coordinate (TF-Privacy Gaussian query)"),
+    ("directed", "Directed Uniform: clip, then the whole budget on the transmitter-sensitive groups"),
+    ("adaptive", "Adaptive: clip, then the budget split by the learned allocator (Eqs. (12)-(16))"),
+):
+    register_defense(_name, Defense("two_stage", lambda config, phase, n=_name: privacy_defenses.make_factory(n, config, phase), _text))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -207,6 +233,7 @@ def run(
     data = load_data(config)
     trainer = build_trainer(config, data)
     evaluator = reconstruction.Evaluator(config.model_config(), *data.val)
+    hooks = _privacy_hooks(config)
 
     states = tff.program.FileProgramStateManager(os.path.join(output_dir, "program_state"), keep_total=3)
     releases = tff.program.GroupingReleaseManager([
@@ -219,7 +246,7 @@ def run(
         program_state, done = _restore(loop, states, trainer)
         bar = _progress_bar(config, done, progress)
         for round_num in range(done + 1, config.rounds + 1):
-            row = _train_round(config, data, trainer, evaluator, program_state, round_num)
+            row = _train_round(config, data, trainer, evaluator, program_state, round_num, hooks)
             loop.run_until_complete(releases.release(row, key=round_num))
             loop.run_until_complete(states.save(_to_saved(trainer, program_state), round_num))
             bar.update(1)
@@ -237,10 +264,34 @@ def run(
     return summary
 
 
-def _train_round(config, data, trainer, evaluator, program_state, round_num: int) -> collections.OrderedDict:
-    """Runs round `round_num`, updates `program_state` in place, returns the round's metrics."""
+def _privacy_hooks(config: ExperimentConfig):
+    """Attack and allocator hooks, or None when the run needs neither."""
+    if config.centralised or (config.attack_every == 0 and config.defense != "adaptive"):
+        return None
+    data = radiomapseer.RadioMapSeer(radiomapseer.LoaderConfig(root=config.data_root, resolution=config.resolution))
+    split = radiomapseer.split_maps(len(data.map_ids), config.val_fraction, config.test_fraction, config.seed)
+    defense = DEFENSES[config.defense]
+    phases = (Phase.JOINT,) if defense.protocol == "fedsgd" else (Phase.STAGE1, Phase.STAGE2)
+    factories = {p: defense.model_aggregator(config, p) for p in phases}
+    return privacy_defenses.PrivacyHooks(config, privacy_defenses.attacker_pool(data, split.train), factories)
+
+
+def _train_round(config, data, trainer, evaluator, program_state, round_num: int, hooks=None) -> collections.OrderedDict:
+    """Runs round `round_num`, updates `program_state` in place, returns the round's metrics.
+
+    With `hooks`: the attack runs on the model broadcast in this round (before training) when
+    due, and the adaptive allocator is trained after the round.
+    """
     t0 = time.monotonic()
     state = program_state["trainer_state"]
+    extra = collections.OrderedDict()
+    if hooks is not None and config.attack_every:
+        extra.update(attack_rmse_m=float("nan"), attack_constant_rmse_m=float("nan"))
+        if hooks.attack_due(round_num):
+            try:
+                extra.update(hooks.attack(trainer, state, round_num))
+            except FloatingPointError as exc:
+                logging.warning("round %d: attack skipped: %s", round_num, exc)
     clients = federated_data.sample_clients(config.seed, round_num, config.num_clients, config.clients_per_round)
     if config.centralised:
         num_samples = int(data.client_sizes()[clients].sum()) * config.local_epochs
@@ -248,8 +299,12 @@ def _train_round(config, data, trainer, evaluator, program_state, round_num: int
     else:
         datasets = data.round_datasets(clients, round_num, config.batch_size, config.local_epochs)
         state, metrics = trainer.next(state, round_num, datasets)
+        if hooks is not None:
+            state, measured = hooks.train_allocator(trainer, state, round_num)
+            extra.update(measured)
     val_mse = evaluator.mse(trainer.network_weights(state), config.phase_for_round(round_num))
     row = _metrics_row(metrics, val_mse, seconds=time.monotonic() - t0)
+    row.update(extra)
     if math.isfinite(val_mse) and val_mse < program_state["best_val_mse"]:
         program_state.update(best_val_mse=np.float64(val_mse), best_round=np.int32(round_num))
     program_state.update(

@@ -1,0 +1,74 @@
+r"""Table I and Fig. 2 of paper 000: every method over several seeds.
+
+  python -m programs.privacy_table --output_dir=runs/privacy_table --seeds=0,1,2
+
+Runs (or resumes; finished runs are kept) programs.privacy_radiomap's experiment for each method
+and seed in OUTPUT_DIR/<method>_s<seed>/, with the attack every --attack_every rounds, then writes
+OUTPUT_DIR/table1.{csv,md} and OUTPUT_DIR/fig2.png. Every flag of the single-run program that is
+not listed here keeps its default (see `tff_radiomap.experiments.privacy_radiomap`).
+"""
+
+import dataclasses
+import json
+import os
+
+import tensorflow  # noqa: F401  (imported before absl's main; see programs/epfl_remnet.py)
+from absl import app, flags
+
+from programs import common
+from tff_radiomap.experiments import privacy_radiomap as experiment
+from tff_radiomap.experiments import privacy_table
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("output_dir", "runs/privacy_table", "Folder of the runs, the table and the figure.")
+flags.DEFINE_string("data_root", None, "RadioMapSeer-layout folder; default: the cached default synthetic set.")
+flags.DEFINE_list("methods", list(privacy_table.METHODS), "Methods (defenses) to compare.")
+flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds; the table reports mean and std over them.")
+flags.DEFINE_integer("rounds", 50, "Communication rounds of every run.")
+flags.DEFINE_integer("attack_every", 10, "Attack at round 1, every n rounds and the last.")
+flags.DEFINE_float("clip_norm", 1.0, "L2 clipping norm C.")
+flags.DEFINE_float("noise_multiplier", 3.0, "Noise multiplier nu of every noise defense.")
+flags.DEFINE_enum("server_optimizer", "sgd", ["adam", "sgd"], "Server optimizer (the same for all methods).")
+flags.DEFINE_float("server_learning_rate", 1.0, "Server learning rate (the same for all methods).")
+
+
+def main(argv):
+    common.reject_extra_args(argv)
+    for m in FLAGS.methods:
+        common.require(m in experiment.DEFENSES, "methods", m, f"names from {sorted(experiment.DEFENSES)}")
+    common.require(all(s.isdigit() for s in FLAGS.seeds) and FLAGS.seeds, "seeds", ",".join(FLAGS.seeds), "comma-separated non-negative integers")
+    common.require(FLAGS.rounds >= 1, "rounds", FLAGS.rounds, "an integer >= 1")
+    common.require(FLAGS.attack_every >= 1, "attack_every", FLAGS.attack_every, "an integer >= 1")
+    common.require_writable_dir(FLAGS.output_dir, "output_dir")
+    if FLAGS.data_root is not None:
+        common.require(os.path.isdir(FLAGS.data_root), "data_root", FLAGS.data_root, "an existing folder in the RadioMapSeer layout")
+        root = os.path.abspath(FLAGS.data_root)
+    else:
+        from tff_radiomap.data import default_set
+
+        root = default_set.ensure_default_dataset()
+    try:
+        base = experiment.ExperimentConfig(
+            data_root=root,
+            rounds=FLAGS.rounds,
+            stage1_rounds=FLAGS.rounds // 2,
+            attack_every=FLAGS.attack_every,
+            clip_norm=FLAGS.clip_norm,
+            noise_multiplier=FLAGS.noise_multiplier,
+            server_optimizer=FLAGS.server_optimizer,
+            server_learning_rate=FLAGS.server_learning_rate,
+        )
+    except ValueError as exc:
+        common.fail(str(exc))
+
+    from tff_radiomap import runtime
+
+    runtime.install_local_context()
+    seeds = [int(s) for s in FLAGS.seeds]
+    result = privacy_table.run_table(base, FLAGS.methods, seeds, FLAGS.output_dir, run_fn=lambda c, d: experiment.run(c, d, progress=True))
+    print(open(result["table_md"]).read())
+    print(json.dumps({"table": result["table_md"], "figure": result["figure"]}, indent=2))
+
+
+if __name__ == "__main__":
+    app.run(main)
