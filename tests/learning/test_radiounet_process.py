@@ -138,6 +138,24 @@ def test_local_updates_are_the_uploads_of_each_step(initial):
     assert all(np.abs(u3.numpy()).sum() > 0 for u3 in uploads[2])
 
 
+def test_client_simulator_sees_what_a_tff_client_uploads(tff_runtime, initial):
+    """The attack's simulator, built before a TFF process (Keras swaps classes when TFF traces),
+    reproduces the upload of a one-sample client: new global = global - upload (server SGD 1)."""
+    adam = rp.build_optimizer("adam", 1e-3)
+    simulator = local_training.ClientSimulator(CONFIG, Phase.STAGE2, adam)
+    process = rp.build_phase_process(CONFIG, Phase.STAGE2, initial, adam, rp.build_optimizer("sgd", 1.0))
+    x, y = _arrays(1, 5)
+    simulator.set_global_weights(initial)
+    uploads = simulator.uploads(x, y, steps=2)
+    assert len(uploads) == 2 and [u.shape for u in uploads[0]] == [w.shape for w in initial.stage2]
+    output = process.next(process.initialize(), [_dataset(x, y, batch_size=1)])
+    trained = output.state.global_model_weights.trainable
+    for w0, w1, u in zip(initial.stage2, trained, uploads[0]):
+        np.testing.assert_allclose(w1, w0 - u, rtol=1e-4, atol=1e-7)
+    with pytest.raises(ValueError, match="steps=0"):
+        simulator.uploads(x, y, steps=0)
+
+
 def test_uploaded_layer_names_follow_the_upload_order():
     names1 = keras_wrap.uploaded_layer_names(CONFIG, Phase.STAGE1)
     names2 = keras_wrap.uploaded_layer_names(CONFIG, Phase.STAGE2)

@@ -1,8 +1,8 @@
 """A client's local training (Eq. (4)) on one Keras model, shared by every place that trains.
 
-The same two functions run inside the TFF client work (`client_work.py`), in the centralised
-reference (`centralised.py`) and eagerly for the attack (`local_updates`), so the updates an
-attacker observes are produced by exactly the code the clients run.
+The same functions run inside the TFF client work (`client_work.py`), in the centralised
+reference (`centralised.py`) and outside TFF for the attack (`local_updates`, `ClientSimulator`),
+so the updates an attacker observes are produced by exactly the code the clients run.
 
 Modes:
     EPOCHS:      one optimizer step per batch, over every batch of the data set (FedAvg; the data
@@ -17,7 +17,9 @@ import enum
 
 import tensorflow as tf
 
+from tff_radiomap.learning import keras_wrap
 from tff_radiomap.learning.keras_wrap import mse_loss
+from tff_radiomap.models import radiounet
 
 
 class LocalSteps(enum.Enum):
@@ -107,3 +109,37 @@ def local_updates(model: tf.keras.Model, optimizer, x, y, steps: int):
         uploads.append([s - v for s, v in zip(start, variables)])
     _assign(variables, start)
     return uploads
+
+
+class ClientSimulator:
+    """One client's local steps from given global weights, outside TFF (the attack's observer).
+
+        simulator = ClientSimulator(config, Phase.STAGE1, client_optimizer)
+        simulator.set_global_weights(process.network_weights(state))
+        uploads = simulator.uploads(x, y, steps=S)  # S uploads, Eq. (7)'s Delta theta^(1:S)
+
+    `uploads(x, y, steps)` runs `steps` optimizer steps on the batch (x [N,r,r,2], y [N,r,r,1];
+    N = 1 for one sample) from the global weights, with a fresh optimizer state as a client
+    starts each round, and returns the `steps` uploads theta_r - theta_loc as lists of numpy
+    arrays in the order of `keras_wrap.uploaded_layer_names(config, phase)`. The global weights
+    are restored afterwards. Traced once per `steps` value.
+    """
+
+    def __init__(self, config: radiounet.RadioUNetConfig, phase: keras_wrap.Phase, optimizer):
+        self.phase = phase
+        self._model = keras_wrap.build_phase_model(config, phase)
+        self._optimizer = optimizer
+        self._traced = {}
+
+    def set_global_weights(self, weights: keras_wrap.NetworkWeights) -> None:
+        model_weights = keras_wrap.to_model_weights(weights, self.phase)
+        _assign(self._model.trainable_variables, model_weights.trainable)
+        _assign(self._model.non_trainable_variables, model_weights.non_trainable)
+
+    def uploads(self, x, y, steps: int) -> list:
+        if steps < 1:
+            raise ValueError(f"steps={steps!r}: expected an integer >= 1")
+        if steps not in self._traced:
+            self._traced[steps] = tf.function(lambda x, y: local_updates(self._model, self._optimizer, x, y, steps))
+        result = self._traced[steps](tf.convert_to_tensor(x, tf.float32), tf.convert_to_tensor(y, tf.float32))
+        return [[t.numpy() for t in upload] for upload in result]
