@@ -13,10 +13,12 @@ after an interruption resumes after the last finished round. See
 import json
 import os
 
-from absl import app, flags, logging
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up chatter, before it loads.
 
-from programs import common
-from tff_radiomap.experiments import privacy_radiomap as experiment
+from absl import app, flags, logging  # noqa: E402
+
+from programs import common  # noqa: E402
+from tff_radiomap.experiments import privacy_radiomap as experiment  # noqa: E402
 
 FLAGS = flags.FLAGS
 _DEFAULTS = experiment.ExperimentConfig(data_root="")

@@ -199,19 +199,24 @@ class ConfigMismatchError(ValueError):
     """`output_dir` holds a run with another configuration."""
 
 
-def _write_or_check_config(config: ExperimentConfig, output_dir: str) -> None:
+def _check_config(config: ExperimentConfig, output_dir: str) -> bool:
+    """True if `output_dir` holds this config already; raises if it holds another one."""
     path = os.path.join(output_dir, "config.json")
+    if not os.path.exists(path):
+        return False
     wanted = dataclasses.asdict(config)
-    if os.path.exists(path):
-        with open(path) as f:
-            found = json.load(f)
-        differing = sorted(k for k in set(found) | set(wanted) if found.get(k) != wanted.get(k))
-        if differing:
-            detail = ", ".join(f"{k}: saved {found.get(k)!r}, now {wanted.get(k)!r}" for k in differing)
-            raise ConfigMismatchError(f"{output_dir} holds a run with another configuration ({detail}); use a new output folder")
-        return
-    with open(path, "w") as f:
-        json.dump(wanted, f, indent=2, sort_keys=True)
+    with open(path) as f:
+        found = json.load(f)
+    differing = sorted(k for k in set(found) | set(wanted) if found.get(k) != wanted.get(k))
+    if differing:
+        detail = ", ".join(f"{k}: saved {found.get(k)!r}, now {wanted.get(k)!r}" for k in differing)
+        raise ConfigMismatchError(f"{output_dir} holds a run with another configuration ({detail}); use a new output folder")
+    return True
+
+
+def _write_config(config: ExperimentConfig, output_dir: str) -> None:
+    with open(os.path.join(output_dir, "config.json"), "w") as f:
+        json.dump(dataclasses.asdict(config), f, indent=2, sort_keys=True)
 
 
 def run(
@@ -228,12 +233,14 @@ def run(
     is then not written and the returned dict holds 'stopped_after_round'.
     """
     os.makedirs(output_dir, exist_ok=True)
-    _write_or_check_config(config, output_dir)
+    config_saved = _check_config(config, output_dir)
     started = time.monotonic()
     data = load_data(config)
     trainer = build_trainer(config, data)
     evaluator = reconstruction.Evaluator(config.model_config(), *data.val)
     hooks = _privacy_hooks(config)
+    if not config_saved:  # Only once the data loaded and the trainer built: a failed start leaves no config.
+        _write_config(config, output_dir)
 
     states = tff.program.FileProgramStateManager(os.path.join(output_dir, "program_state"), keep_total=3)
     releases = tff.program.GroupingReleaseManager([
