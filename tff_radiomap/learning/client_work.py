@@ -38,7 +38,6 @@ def build_client_work(
     """Client work training `phase` of the network `config` with `optimizer`."""
     data_type = tff.SequenceType(tff.types.tensorflow_to_type(keras_wrap.batch_spec(config.resolution)))
     weights_type = _weights_type(config, phase)
-    train = local_training.TRAINERS[local_steps]
     initial_hparams = optimizer.get_hparams(optimizer.initialize(tf.TensorSpec([], tf.float32)))
 
     @tff.federated_computation
@@ -46,24 +45,7 @@ def build_client_work(
         return tff.federated_value(initial_hparams, tff.SERVER)
 
     hparams_type = init_fn.type_signature.result.member
-
-    @tff.tensorflow.computation(hparams_type, weights_type, data_type)
-    def client_update(hparams, initial_weights, dataset):
-        model = keras_wrap.build_phase_model(config, phase)
-        weights = tff.learning.models.ModelWeights.from_model(model)
-
-        @tf.function
-        def run(initial_weights, dataset):
-            tf.nest.map_structure(lambda v, w: v.assign(w), weights, initial_weights)
-            state = optimizer.set_hparams(local_training.initial_optimizer_state(optimizer, model), hparams)
-            _, loss_sum, count = train(model, optimizer, state, dataset)
-            update = tf.nest.map_structure(tf.subtract, initial_weights.trainable, weights.trainable)
-            update, non_finite = _zero_if_non_finite(update)
-            weight = tf.where(non_finite, 0.0, tf.cast(count, tf.float32))
-            measurements = collections.OrderedDict(loss_sum=loss_sum, num_examples=count)
-            return tff.learning.templates.ClientResult(update=update, update_weight=weight), measurements
-
-        return run(initial_weights, dataset)
+    client_update = _client_update(config, phase, optimizer, local_steps, (hparams_type, weights_type, data_type))
 
     @tff.tensorflow.computation
     def finalize_measurements(sums):
@@ -98,6 +80,31 @@ def build_client_work(
     return tff.learning.templates.ClientWorkProcess(
         init_fn, next_fn, get_hparams_fn=get_hparams_fn, set_hparams_fn=set_hparams_fn
     )
+
+
+def _client_update(config, phase, optimizer, local_steps, parameter_types):
+    """(hparams, theta_r, data set) -> (ClientResult(theta_r - theta_loc, n_k), loss sums)."""
+    train = local_training.TRAINERS[local_steps]
+
+    @tff.tensorflow.computation(*parameter_types)
+    def client_update(hparams, initial_weights, dataset):
+        model = keras_wrap.build_phase_model(config, phase)
+        weights = tff.learning.models.ModelWeights.from_model(model)
+
+        @tf.function
+        def run(initial_weights, dataset):
+            tf.nest.map_structure(lambda v, w: v.assign(w), weights, initial_weights)
+            state = optimizer.set_hparams(local_training.initial_optimizer_state(optimizer, model), hparams)
+            _, loss_sum, count = train(model, optimizer, state, dataset)
+            update = tf.nest.map_structure(tf.subtract, initial_weights.trainable, weights.trainable)
+            update, non_finite = _zero_if_non_finite(update)
+            weight = tf.where(non_finite, 0.0, tf.cast(count, tf.float32))
+            measurements = collections.OrderedDict(loss_sum=loss_sum, num_examples=count)
+            return tff.learning.templates.ClientResult(update=update, update_weight=weight), measurements
+
+        return run(initial_weights, dataset)
+
+    return client_update
 
 
 def _zero_if_non_finite(update):
