@@ -88,7 +88,8 @@ def test_worker_never_outlives_the_program(mode, signum):
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
     )
     pid = int(child.stdout.readline())
-    assert psutil.pid_exists(pid)
+    if mode == "wait":  # The other modes may already have exited (and stopped the worker).
+        assert psutil.pid_exists(pid)
     if signum is not None:
         child.send_signal(signum)
     # The pipe closes only when every holder of it is gone: the worker must not hold it.
