@@ -85,6 +85,7 @@ class WorkerProcess:
                 close_fds=True,
             )
         self.pid = self._process.pid
+        self.stopping = False
         _register(self)
 
     @property
@@ -100,6 +101,7 @@ class WorkerProcess:
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Ends the worker: SIGINT, then SIGKILL if it has not exited after `timeout_s`."""
+        self.stopping = True  # An intended exit (`supervision` does not take it for a crash).
         if self._process.poll() is None:
             try:
                 self._process.send_signal(signal.SIGINT)

@@ -1,0 +1,85 @@
+"""A run's folder on disk: atomic JSON files, the metrics CSV cut back on resume, `--overwrite`.
+
+A run may be killed (SIGKILL, a lost machine) at any instruction. What it leaves must let the same
+command resume without losing or duplicating a round:
+  - JSON files (config, summary, final results) are written to a temporary file and renamed, so a
+    reader finds the old content or the new one, never half of it;
+  - the metrics CSV gets one row per finished round, appended; on resume `truncate_csv` keeps the
+    rows up to the last saved round, in order, and drops everything after it (rows of rounds that
+    ran after the last checkpoint, and a row cut short by the kill);
+  - `clear` removes a run's own files (and nothing else) when the user asks for `--overwrite`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+from collections.abc import Iterable
+
+
+class RunFolderConflict(ValueError):
+    """The folder holds a run with another configuration (resume refused, `--overwrite` needed)."""
+
+
+def write_json(path: str, content) -> None:
+    """Writes `content` as JSON to `path` atomically (temporary file, then rename)."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(content, f, indent=2, sort_keys=True, default=str)
+    os.replace(tmp, path)
+
+
+def truncate_csv(path: str, last: int, key: str = "round", fields: list[str] | None = None) -> list[dict]:
+    """Keeps the rows of `path` whose `key` runs first, first + 1, ... up to `last`; returns them.
+
+    Rows after `last`, a row cut short (fewer fields than the header), and anything after the first
+    row that breaks the sequence go. `fields` (optional) is the header to write; by default the
+    file's own. A missing file becomes one holding only the header (when `fields` is given).
+    """
+    header, kept = list(fields or []), []
+    if os.path.exists(path):
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            header = list(fields or reader.fieldnames or [])
+            previous = None
+            for row in reader:
+                if None in row.values() or None in row or not str(row.get(key, "")).lstrip("-").isdigit():
+                    break
+                number = int(row[key])
+                if number > last or (previous is not None and number != previous + 1):
+                    break
+                kept.append(row)
+                previous = number
+    if not header:
+        return kept
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=header, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(kept)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", newline="") as f:
+        f.write(buf.getvalue())
+    os.replace(tmp, path)
+    return kept
+
+
+def clear(run_dir: str, names: Iterable[str]) -> list[str]:
+    """Removes the files and folders `names` (a run's own outputs) from `run_dir`; returns them.
+
+    Only the listed entries go: a results folder given by mistake (`--output_dir=.`) loses
+    nothing else.
+    """
+    removed = []
+    for name in names:
+        path = os.path.join(run_dir, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        elif os.path.lexists(path):
+            os.remove(path)
+        else:
+            continue
+        removed.append(name)
+    return removed
