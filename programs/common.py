@@ -38,3 +38,35 @@ def require_writable_dir(path: str, flag: str) -> None:
         fail(f"--{flag}={path!r}: cannot create the folder ({exc.strerror})")
     if not os.path.isdir(path) or not os.access(path, os.W_OK | os.X_OK):
         fail(f"--{flag}={path!r}: expected a writable folder")
+
+
+RADIOMAPSEER_FOLDERS = ("png/buildings_complete", "png/antennas", "gain/{simulation}")
+
+
+def data_root(value: str | None, flag: str = "data_root", simulation: str = "DPM", default=None) -> str | None:
+    """The absolute path of a RadioMapSeer-layout `--data_root`, or `default()` when the flag is unset.
+
+    Exits with status 2 naming the flag unless `value` is a folder holding png/buildings_complete,
+    png/antennas and gain/SIMULATION. Bad files inside are found by the loader (DataLayoutError).
+    """
+    if value is None:
+        return default() if default is not None else None
+    require(os.path.isdir(value), flag, value, "an existing folder in the RadioMapSeer layout (png/, gain/)")
+    missing = [d.format(simulation=simulation) for d in RADIOMAPSEER_FOLDERS if not os.path.isdir(os.path.join(value, d.format(simulation=simulation)))]
+    require(not missing, flag, value, f"a folder in the RadioMapSeer layout; it lacks {', '.join(m + '/' for m in missing)}")
+    return os.path.abspath(value)
+
+
+def refuse_other_run(flag: str, path: str, exc: Exception) -> None:
+    """Exits with status 2: the folder of `--flag` holds a run with another configuration."""
+    fail(f"--{flag}={path!r}: {exc}; pass --overwrite to delete its results and start afresh, or choose another --{flag}")
+
+
+def supervised(fn, runtime):
+    """`fn()` with the TFF worker restarted (and the run resumed) if it dies; exit 1 if it keeps dying."""
+    from tff_radiomap.runtime import supervision
+
+    try:
+        return supervision.run_with_restarts(fn, runtime)
+    except supervision.WorkerLost as exc:
+        fail(f"{exc}. The results of every finished round are saved; run the same command again to resume.", code=1)

@@ -11,6 +11,7 @@ after an interruption resumes after the last finished round. See
 """
 
 import json
+import math
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up chatter, before it loads.
@@ -19,6 +20,7 @@ from absl import app, flags, logging  # noqa: E402
 
 from programs import common  # noqa: E402
 from tff_radiomap.experiments import privacy_radiomap as experiment  # noqa: E402
+from tff_radiomap.models import radiounet  # noqa: E402
 
 FLAGS = flags.FLAGS
 _DEFAULTS = experiment.ExperimentConfig(data_root="")
@@ -46,9 +48,12 @@ flags.DEFINE_integer("attack_test_traces", _DEFAULTS.attack_test_traces, "Held-o
 flags.DEFINE_bool("centralised", False, "Train the centralised reference (same model and sample passes, no federation).")
 flags.DEFINE_string("output_dir", None, "Results folder; default runs/privacy_radiomap/<defense>_s<seed>.")
 flags.DEFINE_bool("progress", True, "Show a progress bar.")
+flags.DEFINE_bool("overwrite", False, "Delete the results already in --output_dir (of any configuration) and start afresh.")
+flags.DEFINE_string("inject_nan_client", "", "Test hook: ROUND:CLIENT gives client CLIENT NaN inputs in round ROUND; its update must be zeroed and counted in nonfinite_updates.")
 
 
-def _config() -> experiment.ExperimentConfig:
+def validate() -> None:
+    """Every flag against what it may be: exit 2 naming the first bad one."""
     common.require(FLAGS.defense in experiment.DEFENSES, "defense", FLAGS.defense, f"one of {sorted(experiment.DEFENSES)}")
     common.require(not FLAGS.centralised or FLAGS.defense == "none", "defense", FLAGS.defense, "'none' with --centralised")
     common.require(FLAGS.rounds >= 1, "rounds", FLAGS.rounds, "an integer >= 1")
@@ -58,20 +63,33 @@ def _config() -> experiment.ExperimentConfig:
     common.require(1 <= FLAGS.clients_per_round <= FLAGS.clients, "clients_per_round", FLAGS.clients_per_round, f"an integer in 1..{FLAGS.clients}")
     common.require(FLAGS.local_epochs >= 1, "local_epochs", FLAGS.local_epochs, "an integer >= 1")
     common.require(FLAGS.batch_size >= 1, "batch_size", FLAGS.batch_size, "an integer >= 1")
-    common.require(FLAGS.width > 0, "width", FLAGS.width, "a positive multiplier")
-    common.require(FLAGS.clip_norm > 0, "clip_norm", FLAGS.clip_norm, "a positive number")
-    common.require(FLAGS.noise_multiplier >= 0, "noise_multiplier", FLAGS.noise_multiplier, "a non-negative number")
-    common.require(FLAGS.sigma_min >= 0, "sigma_min", FLAGS.sigma_min, "a non-negative number")
+    common.require(math.isfinite(FLAGS.width) and FLAGS.width > 0, "width", FLAGS.width, "a positive multiplier")
+    try:
+        radiounet.RadioUNetConfig(resolution=FLAGS.resolution, width=FLAGS.width)
+    except ValueError as exc:  # "resolution=36: expected ..." names the flag.
+        common.fail(f"--{exc}")
+    common.require(math.isfinite(FLAGS.clip_norm) and FLAGS.clip_norm > 0, "clip_norm", FLAGS.clip_norm, "a positive number")
+    common.require(math.isfinite(FLAGS.noise_multiplier) and FLAGS.noise_multiplier >= 0, "noise_multiplier", FLAGS.noise_multiplier, "a non-negative number")
+    common.require(math.isfinite(FLAGS.sigma_min) and FLAGS.sigma_min >= 0, "sigma_min", FLAGS.sigma_min, "a non-negative number")
     common.require(FLAGS.attack_every >= 0, "attack_every", FLAGS.attack_every, "an integer >= 0")
-    common.require(FLAGS.client_learning_rate > 0, "client_learning_rate", FLAGS.client_learning_rate, "a positive number")
-    common.require(FLAGS.server_learning_rate > 0, "server_learning_rate", FLAGS.server_learning_rate, "a positive number")
-    if FLAGS.data_root is not None:
-        common.require(os.path.isdir(FLAGS.data_root), "data_root", FLAGS.data_root, "an existing folder in the RadioMapSeer layout")
-        data_root = os.path.abspath(FLAGS.data_root)
-    else:
-        from tff_radiomap.data import default_set
+    common.require(FLAGS.attack_train_traces >= 10, "attack_train_traces", FLAGS.attack_train_traces, "an integer >= 10")
+    common.require(FLAGS.attack_test_traces >= 1, "attack_test_traces", FLAGS.attack_test_traces, "an integer >= 1")
+    common.require(math.isfinite(FLAGS.client_learning_rate) and FLAGS.client_learning_rate > 0, "client_learning_rate", FLAGS.client_learning_rate, "a positive number")
+    common.require(math.isfinite(FLAGS.server_learning_rate) and FLAGS.server_learning_rate > 0, "server_learning_rate", FLAGS.server_learning_rate, "a positive number")
+    common.require(FLAGS.seed >= 0, "seed", FLAGS.seed, "an integer >= 0")
+    injection = FLAGS.inject_nan_client.split(":") if FLAGS.inject_nan_client else ["1", "0"]
+    common.require(
+        len(injection) == 2 and all(p.isdigit() for p in injection) and 1 <= int(injection[0]) <= FLAGS.rounds and int(injection[1]) < FLAGS.clients,
+        "inject_nan_client", FLAGS.inject_nan_client, f"ROUND:CLIENT with ROUND in 1..{FLAGS.rounds} and CLIENT in 0..{FLAGS.clients - 1}",
+    )
 
-        data_root = default_set.ensure_default_dataset()
+
+def _config() -> experiment.ExperimentConfig:
+    validate()
+    stage1 = FLAGS.rounds // 2 if FLAGS.stage1_rounds is None else FLAGS.stage1_rounds
+    from tff_radiomap.data import default_set
+
+    data_root = common.data_root(FLAGS.data_root, default=default_set.ensure_default_dataset)
     try:
         return experiment.ExperimentConfig(
             data_root=data_root,
@@ -96,6 +114,7 @@ def _config() -> experiment.ExperimentConfig:
             attack_every=FLAGS.attack_every,
             attack_train_traces=FLAGS.attack_train_traces,
             attack_test_traces=FLAGS.attack_test_traces,
+            inject_nan_client=FLAGS.inject_nan_client,
         )
     except ValueError as exc:  # Resolution and width are checked against each other here.
         common.fail(str(exc))
@@ -105,18 +124,28 @@ def main(argv):
     common.reject_extra_args(argv)
     name = "centralised" if FLAGS.centralised else FLAGS.defense
     output_dir = FLAGS.output_dir or os.path.join("runs", "privacy_radiomap", f"{name}_s{FLAGS.seed}")
-    common.require_writable_dir(output_dir, "output_dir")
     config = _config()
+    common.require_writable_dir(output_dir, "output_dir")
 
     from tff_radiomap import runtime
     from tff_radiomap.data import radiomapseer
 
-    if not config.centralised:
-        runtime.install_local_context()
+    overwrite = FLAGS.overwrite
+
+    def run():
+        nonlocal overwrite
+        clear, overwrite = overwrite, False  # Once: a resume after a worker restart keeps the saved rounds.
+        return experiment.run(config, output_dir, progress=FLAGS.progress, overwrite=clear)
+
     try:
-        summary = experiment.run(config, output_dir, progress=FLAGS.progress)
-    except (experiment.ConfigMismatchError, radiomapseer.DataLayoutError) as exc:
-        common.fail(str(exc))
+        if config.centralised:
+            summary = run()
+        else:
+            summary = common.supervised(run, runtime.install_local_context())
+    except experiment.ConfigMismatchError as exc:
+        common.refuse_other_run("output_dir", output_dir, exc)
+    except radiomapseer.DataLayoutError as exc:
+        common.fail(f"--data_root={config.data_root!r}: {exc}")
     logging.info("summary: %s", json.dumps(summary))
     print(json.dumps(summary, indent=2))
     print(f"results: {os.path.abspath(output_dir)} (metrics.csv, summary.json, config.json, tensorboard/)")

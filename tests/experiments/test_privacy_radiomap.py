@@ -1,3 +1,4 @@
+import asyncio
 import csv
 import dataclasses
 import json
@@ -5,6 +6,7 @@ import os
 
 import numpy as np
 import pytest
+import tensorflow_federated as tff
 
 from tff_radiomap.data import synthetic
 from tff_radiomap.experiments import privacy_radiomap as experiment
@@ -111,3 +113,25 @@ def test_defense_table_refuses_unknown_protocols_and_duplicates():
         experiment.register_defense("x", experiment.Defense("async", lambda c, p: None, ""))
     with pytest.raises(ValueError, match="'none' is registered already"):
         experiment.register_defense("none", experiment.DEFENSES["none"])
+
+
+@pytest.mark.parametrize("defense", ["none", "uniform"])
+def test_a_nan_client_update_is_zeroed_counted_and_the_run_goes_on(tff_runtime, config, cached_trainers, tmp_path, monkeypatch, defense):
+    monkeypatch.setattr(experiment, "build_trainer", cached_trainers)
+    poisoned_client = int(experiment.federated_data.sample_clients(config.seed, 2, 3, 2)[0])
+    poisoned = dataclasses.replace(config, defense=defense, noise_multiplier=0.01, inject_nan_client=f"2:{poisoned_client}")
+    summary = experiment.run(poisoned, str(tmp_path / "run"), progress=False)
+    rows = _rows(str(tmp_path / "run"))
+    assert [int(r["nonfinite_updates"]) for r in rows] == [0, 1, 0]
+    assert all(np.isfinite(float(r[k])) for r in rows for k in ("train_loss", "val_mse"))
+    assert np.isfinite(summary["final_val_mse"])
+    # The weights the run ends with (its last saved state) are finite.
+    trainer = cached_trainers(poisoned, experiment.load_data(poisoned))
+    states = tff.program.FileProgramStateManager(str(tmp_path / "run" / "program_state"))
+    loop = asyncio.new_event_loop()
+    try:
+        state, done = experiment._restore(loop, states, trainer)
+    finally:
+        loop.close()
+    weights = trainer.network_weights(state["trainer_state"])
+    assert done == 3 and all(np.all(np.isfinite(w)) for w in weights.stage1 + weights.stage2)

@@ -40,6 +40,7 @@ from tff_radiomap.learning import centralised, federated_data, keras_wrap, radio
 from tff_radiomap.learning.keras_wrap import Phase
 from tff_radiomap.metrics import reconstruction
 from tff_radiomap.models import radiounet
+from tff_radiomap.runtime import run_folder
 
 PROTOCOLS = ("two_stage", "fedsgd")
 
@@ -77,6 +78,9 @@ class ExperimentConfig:
     allocator_lambda_p: float = 1.0
     allocator_lambda_h: float = 0.01
     map_size_m: float = 256.0
+    # Test hook: "ROUND:CLIENT" feeds client CLIENT NaN inputs in round ROUND (if it is sampled),
+    # so that its update is not finite; the run must zero it and count it (nonfinite_updates).
+    inject_nan_client: str = ""
 
     def __post_init__(self):
         checks = [
@@ -104,6 +108,20 @@ class ExperimentConfig:
             if not ok:
                 raise ValueError(f"{name}={getattr(self, name)!r}: expected {expected}")
         self.model_config()  # Validates resolution and width.
+        self.nan_injection()  # Validates inject_nan_client.
+
+    def nan_injection(self) -> tuple[int, int] | None:
+        """(round, client) of the `inject_nan_client` test hook, or None."""
+        if not self.inject_nan_client:
+            return None
+        expected = f"ROUND:CLIENT with ROUND in 1..{self.rounds} and CLIENT in 0..{self.num_clients - 1}"
+        parts = self.inject_nan_client.split(":")
+        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            raise ValueError(f"inject_nan_client={self.inject_nan_client!r}: expected {expected}")
+        round_num, client = int(parts[0]), int(parts[1])
+        if not (1 <= round_num <= self.rounds and 0 <= client < self.num_clients):
+            raise ValueError(f"inject_nan_client={self.inject_nan_client!r}: expected {expected}")
+        return round_num, client
 
     def model_config(self) -> radiounet.RadioUNetConfig:
         return radiounet.RadioUNetConfig(resolution=self.resolution, width=self.width)
@@ -195,8 +213,11 @@ def flatten_metrics(metrics: Mapping, prefix: str = "") -> collections.OrderedDi
     return flat
 
 
-class ConfigMismatchError(ValueError):
+class ConfigMismatchError(run_folder.RunFolderConflict):
     """`output_dir` holds a run with another configuration."""
+
+
+RUN_FILES = ("config.json", "metrics.csv", "summary.json", "program_state", "tensorboard")
 
 
 def _check_config(config: ExperimentConfig, output_dir: str) -> bool:
@@ -205,18 +226,23 @@ def _check_config(config: ExperimentConfig, output_dir: str) -> bool:
     if not os.path.exists(path):
         return False
     wanted = dataclasses.asdict(config)
-    with open(path) as f:
-        found = json.load(f)
-    differing = sorted(k for k in set(found) | set(wanted) if found.get(k) != wanted.get(k))
+    try:
+        with open(path) as f:
+            found = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise ConfigMismatchError(f"{path} is unreadable ({exc})") from exc
+    # A field added to ExperimentConfig after the run was saved counts as its default value.
+    defaults = {f.name: f.default for f in dataclasses.fields(config) if f.default is not dataclasses.MISSING}
+    saved = lambda k: found.get(k, defaults.get(k))  # noqa: E731
+    differing = sorted(k for k in set(found) | set(wanted) if saved(k) != wanted.get(k))
     if differing:
-        detail = ", ".join(f"{k}: saved {found.get(k)!r}, now {wanted.get(k)!r}" for k in differing)
-        raise ConfigMismatchError(f"{output_dir} holds a run with another configuration ({detail}); use a new output folder")
+        detail = ", ".join(f"{k}: saved {saved(k)!r}, now {wanted.get(k)!r}" for k in differing)
+        raise ConfigMismatchError(f"{output_dir} holds a run with another configuration ({detail})")
     return True
 
 
 def _write_config(config: ExperimentConfig, output_dir: str) -> None:
-    with open(os.path.join(output_dir, "config.json"), "w") as f:
-        json.dump(dataclasses.asdict(config), f, indent=2, sort_keys=True)
+    run_folder.write_json(os.path.join(output_dir, "config.json"), dataclasses.asdict(config))
 
 
 def run(
@@ -225,15 +251,25 @@ def run(
     *,
     progress: bool = True,
     stop_after_round: int | None = None,
+    overwrite: bool = False,
 ) -> dict:
     """Trains `config` into `output_dir`, resuming from its program state; returns the summary.
 
     Federated runs need a TFF execution context (`tff_radiomap.runtime.install_local_context()`).
     `stop_after_round` ends this call after that round (as an interrupted run would); the summary
-    is then not written and the returned dict holds 'stopped_after_round'.
+    is then not written and the returned dict holds 'stopped_after_round'. A finished run (its
+    summary.json written) is not redone: its summary is returned. A folder holding a run of another
+    configuration raises `ConfigMismatchError`, unless `overwrite`: then the run's files
+    (`RUN_FILES`, nothing else) are deleted first and it starts afresh.
     """
     os.makedirs(output_dir, exist_ok=True)
+    if overwrite:
+        run_folder.clear(output_dir, RUN_FILES)
     config_saved = _check_config(config, output_dir)
+    summary_path = os.path.join(output_dir, "summary.json")
+    if config_saved and os.path.exists(summary_path):
+        with open(summary_path) as f:
+            return json.load(f)
     started = time.monotonic()
     data = load_data(config)
     trainer = build_trainer(config, data)
@@ -243,14 +279,16 @@ def run(
         _write_config(config, output_dir)
 
     states = tff.program.FileProgramStateManager(os.path.join(output_dir, "program_state"), keep_total=3)
-    releases = tff.program.GroupingReleaseManager([
-        tff.program.CSVFileReleaseManager(os.path.join(output_dir, "metrics.csv"), key_fieldname="round"),
-        tff.program.TensorBoardReleaseManager(os.path.join(output_dir, "tensorboard")),
-        tff.program.LoggingReleaseManager(),
-    ])
     loop = asyncio.new_event_loop()
     try:
         program_state, done = _restore(loop, states, trainer)
+        # Rows of rounds after the saved state (and a row cut short by a kill) go before resuming.
+        run_folder.truncate_csv(os.path.join(output_dir, "metrics.csv"), done)
+        releases = tff.program.GroupingReleaseManager([
+            tff.program.CSVFileReleaseManager(os.path.join(output_dir, "metrics.csv"), key_fieldname="round"),
+            tff.program.TensorBoardReleaseManager(os.path.join(output_dir, "tensorboard")),
+            tff.program.LoggingReleaseManager(),
+        ])
         bar = _progress_bar(config, done, progress)
         for round_num in range(done + 1, config.rounds + 1):
             row = _train_round(config, data, trainer, evaluator, program_state, round_num, hooks)
@@ -266,8 +304,7 @@ def run(
         loop.close()
 
     summary = _summary(config, program_state, wall_seconds=time.monotonic() - started)
-    with open(os.path.join(output_dir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
+    run_folder.write_json(summary_path, summary)
     return summary
 
 
@@ -305,6 +342,7 @@ def _train_round(config, data, trainer, evaluator, program_state, round_num: int
         state, metrics = trainer.next(state, round_num, num_samples)
     else:
         datasets = data.round_datasets(clients, round_num, config.batch_size, config.local_epochs)
+        datasets = _inject_nan(config, round_num, clients, datasets)
         state, metrics = trainer.next(state, round_num, datasets)
         if hooks is not None:
             state, measured = hooks.train_allocator(trainer, state, round_num)
@@ -322,6 +360,17 @@ def _train_round(config, data, trainer, evaluator, program_state, round_num: int
     return row
 
 
+def _inject_nan(config: ExperimentConfig, round_num: int, clients, datasets: list) -> list:
+    """The `inject_nan_client` test hook: the chosen client's inputs become NaN in its round."""
+    injection = config.nan_injection()
+    if injection is None or injection[0] != round_num or injection[1] not in list(clients):
+        return datasets
+    i = list(clients).index(injection[1])
+    logging.warning("round %d: test hook: client %d trains on NaN inputs", round_num, injection[1])
+    poisoned = datasets[i].map(lambda batch: collections.OrderedDict(x=batch["x"] * float("nan"), y=batch["y"]))
+    return datasets[:i] + [poisoned] + datasets[i + 1 :]
+
+
 def _metrics_row(metrics, val_mse: float, seconds: float) -> collections.OrderedDict:
     """One release: phase, train_loss, num_examples, val_mse(_db), seconds, then other measurements."""
     flat = flatten_metrics({k: v for k, v in metrics.items() if k != "phase"})
@@ -329,6 +378,7 @@ def _metrics_row(metrics, val_mse: float, seconds: float) -> collections.Ordered
         phase=int(metrics["phase"]),
         train_loss=float(flat.pop("client_work/train_loss")),
         num_examples=int(flat.pop("client_work/num_examples")),
+        nonfinite_updates=int(flat.pop("client_work/nonfinite_updates", 0)),
         val_mse=float(val_mse),
         val_mse_db=reconstruction.mse_db(val_mse) if val_mse > 0 else float("nan"),
         seconds=float(seconds),

@@ -6,8 +6,9 @@ of Eq. (6)), restricted to the phase's trainable weights, with the weight n_k = 
 examples it trained on (Eq. (5)). A client whose update is not finite uploads zeros with weight 0.
 
 State: the client optimizer's hyperparameters (as in `tff.learning`'s model-delta client work).
-Measurements: `train_loss` (the examples' loss before their step, averaged over all clients'
-examples) and `num_examples`.
+Measurements: `train_loss` (the examples' loss before their step, averaged over the examples of the
+clients whose update is finite), `num_examples` (all clients' examples) and `nonfinite_updates`
+(clients whose update held a NaN or Inf and was zeroed).
 """
 
 from __future__ import annotations
@@ -49,9 +50,11 @@ def build_client_work(
 
     @tff.tensorflow.computation
     def finalize_measurements(sums):
-        count = tf.cast(sums["num_examples"], tf.float32)
+        count = tf.cast(sums["loss_examples"], tf.float32)
         return collections.OrderedDict(
-            train_loss=sums["loss_sum"] / tf.maximum(count, 1.0), num_examples=sums["num_examples"]
+            train_loss=sums["loss_sum"] / tf.maximum(count, 1.0),
+            num_examples=sums["num_examples"],
+            nonfinite_updates=sums["nonfinite_updates"],
         )
 
     @tff.federated_computation(
@@ -99,7 +102,12 @@ def _client_update(config, phase, optimizer, local_steps, parameter_types):
             update = tf.nest.map_structure(tf.subtract, initial_weights.trainable, weights.trainable)
             update, non_finite = _zero_if_non_finite(update)
             weight = tf.where(non_finite, 0.0, tf.cast(count, tf.float32))
-            measurements = collections.OrderedDict(loss_sum=loss_sum, num_examples=count)
+            measurements = collections.OrderedDict(
+                loss_sum=tf.where(non_finite, 0.0, loss_sum),
+                loss_examples=tf.where(non_finite, tf.zeros_like(count), count),
+                num_examples=count,
+                nonfinite_updates=tf.cast(non_finite, tf.int32),
+            )
             return tff.learning.templates.ClientResult(update=update, update_weight=weight), measurements
 
         return run(initial_weights, dataset)

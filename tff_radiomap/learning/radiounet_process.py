@@ -40,7 +40,8 @@ AggregationFactory = tff.aggregators.WeightedAggregationFactory | tff.aggregator
 def as_weighted(model_aggregator: AggregationFactory | None) -> tuple[tff.aggregators.WeightedAggregationFactory, str]:
     """(weighted factory, client weighting it applies: 'num_examples' or 'uniform')."""
     if model_aggregator is None:
-        return tff.aggregators.MeanFactory(), "num_examples"
+        # no_nan_division: a round whose every update was zeroed (weight 0) leaves the model as is.
+        return tff.aggregators.MeanFactory(no_nan_division=True), "num_examples"
     if isinstance(model_aggregator, tff.aggregators.WeightedAggregationFactory):
         return model_aggregator, "num_examples"
     if isinstance(model_aggregator, tff.aggregators.UnweightedAggregationFactory):
