@@ -10,6 +10,7 @@ not listed here keeps its default (see `tff_radiomap.experiments.privacy_radioma
 
 import dataclasses
 import json
+import math
 import os
 
 import tensorflow  # noqa: F401  (imported before absl's main; see programs/epfl_remnet.py)
@@ -30,23 +31,29 @@ flags.DEFINE_float("clip_norm", 1.0, "L2 clipping norm C.")
 flags.DEFINE_float("noise_multiplier", 3.0, "Noise multiplier nu of every noise defense.")
 flags.DEFINE_enum("server_optimizer", "sgd", ["adam", "sgd"], "Server optimizer (the same for all methods).")
 flags.DEFINE_float("server_learning_rate", 1.0, "Server learning rate (the same for all methods).")
+flags.DEFINE_bool("overwrite", False, "Delete the results already in the run folders and the table, and run everything afresh.")
 
 
-def main(argv):
-    common.reject_extra_args(argv)
+def validate() -> None:
+    """Every flag against what it may be: exit 2 naming the first bad one."""
+    common.require(FLAGS.methods, "methods", ",".join(FLAGS.methods), f"names from {sorted(experiment.DEFENSES)}")
     for m in FLAGS.methods:
         common.require(m in experiment.DEFENSES, "methods", m, f"names from {sorted(experiment.DEFENSES)}")
     common.require(all(s.isdigit() for s in FLAGS.seeds) and FLAGS.seeds, "seeds", ",".join(FLAGS.seeds), "comma-separated non-negative integers")
     common.require(FLAGS.rounds >= 1, "rounds", FLAGS.rounds, "an integer >= 1")
     common.require(FLAGS.attack_every >= 1, "attack_every", FLAGS.attack_every, "an integer >= 1")
-    common.require_writable_dir(FLAGS.output_dir, "output_dir")
-    if FLAGS.data_root is not None:
-        common.require(os.path.isdir(FLAGS.data_root), "data_root", FLAGS.data_root, "an existing folder in the RadioMapSeer layout")
-        root = os.path.abspath(FLAGS.data_root)
-    else:
-        from tff_radiomap.data import default_set
+    common.require(math.isfinite(FLAGS.clip_norm) and FLAGS.clip_norm > 0, "clip_norm", FLAGS.clip_norm, "a positive number")
+    common.require(math.isfinite(FLAGS.noise_multiplier) and FLAGS.noise_multiplier >= 0, "noise_multiplier", FLAGS.noise_multiplier, "a non-negative number")
+    common.require(math.isfinite(FLAGS.server_learning_rate) and FLAGS.server_learning_rate > 0, "server_learning_rate", FLAGS.server_learning_rate, "a positive number")
 
-        root = default_set.ensure_default_dataset()
+
+def main(argv):
+    common.reject_extra_args(argv)
+    validate()
+    from tff_radiomap.data import default_set
+
+    root = common.data_root(FLAGS.data_root, default=default_set.ensure_default_dataset)
+    common.require_writable_dir(FLAGS.output_dir, "output_dir")
     try:
         base = experiment.ExperimentConfig(
             data_root=root,
@@ -62,10 +69,23 @@ def main(argv):
         common.fail(str(exc))
 
     from tff_radiomap import runtime
+    from tff_radiomap.data import radiomapseer
 
-    runtime.install_local_context()
+    local = runtime.install_local_context()
     seeds = [int(s) for s in FLAGS.seeds]
-    result = privacy_table.run_table(base, FLAGS.methods, seeds, FLAGS.output_dir, run_fn=lambda c, d: experiment.run(c, d, progress=True))
+    cleared = set()  # --overwrite clears a run folder once, not again when resuming after a worker restart.
+
+    def run_one(config, run_dir):
+        overwrite = FLAGS.overwrite and run_dir not in cleared
+        cleared.add(run_dir)
+        return experiment.run(config, run_dir, progress=True, overwrite=overwrite)
+
+    try:
+        result = common.supervised(lambda: privacy_table.run_table(base, FLAGS.methods, seeds, FLAGS.output_dir, run_fn=run_one), local)
+    except experiment.ConfigMismatchError as exc:
+        common.refuse_other_run("output_dir", FLAGS.output_dir, exc)
+    except radiomapseer.DataLayoutError as exc:
+        common.fail(f"--data_root={root!r}: {exc}")
     print(open(result["table_md"]).read())
     print(json.dumps({"table": result["table_md"], "figure": result["figure"]}, indent=2))
 

@@ -1,4 +1,5 @@
 import csv
+import dataclasses
 import json
 import os
 
@@ -40,9 +41,19 @@ def test_missing_run_is_named(tmp_path):
         pt.write_results(str(tmp_path), ["none"], [0])
 
 
-def test_finished_runs_are_not_rerun(tmp_path):
+@dataclasses.dataclass(frozen=True)
+class _Config:
+    defense: str = ""
+    seed: int = 0
+
+
+def test_every_run_goes_through_run_fn_then_the_table_is_written(tmp_path):
+    # run_fn (privacy_radiomap.run) returns a finished run as it is, after checking its config
+    # (tests/experiments/test_privacy_radiomap.py); the table asks it for every run.
     root = str(tmp_path)
-    _fake_run(root, "none", 0, -10.0, 20.0)
+    for method in ("none", "uniform"):
+        _fake_run(root, method, 0, -10.0, 20.0)
     calls = []
-    pt.run_table(type("C", (), {})(), ["none"], [0], root, run_fn=lambda c, d: calls.append(d))
-    assert calls == []
+    out = pt.run_table(_Config(), ["none", "uniform"], [0], root, run_fn=lambda c, d: calls.append((c, d)))
+    assert calls == [(_Config(m, 0), os.path.join(root, f"{m}_s0")) for m in ("none", "uniform")]
+    assert os.path.exists(out["table_md"])

@@ -38,13 +38,15 @@ def read_metrics(run_dir: str) -> list[dict]:
 
 
 def run_table(base_config, methods, seeds, output_dir: str, run_fn, progress: bool = True) -> dict:
-    """Runs every (method, seed) through `run_fn(config, run_dir)` and writes the table and figure."""
+    """Runs every (method, seed) through `run_fn(config, run_dir)` and writes the table and figure.
+
+    `run_fn` resumes a partial run and returns a finished one as it is (as
+    `privacy_radiomap.run` does, after checking that the folder holds the same configuration).
+    """
     os.makedirs(output_dir, exist_ok=True)
     for method in methods:
         for seed in seeds:
             run_dir = os.path.join(output_dir, f"{method}_s{seed}")
-            if os.path.exists(os.path.join(run_dir, "summary.json")):
-                continue  # Finished earlier; its results stay as they are.
             run_fn(dataclasses.replace(base_config, defense=method, seed=seed), run_dir)
     return write_results(output_dir, methods, seeds)
 
