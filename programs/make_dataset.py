@@ -2,8 +2,9 @@ r"""Writes a synthetic data set in RadioMapSeer's layout.
 
   python -m programs.make_dataset --out DIR --maps N --transmitters T --size 256 --seed S
 
-Re-running with the same flags completes a partly written set and leaves finished maps alone; a
-different spec for an existing folder is refused.
+Re-running with the same flags completes a partly written set (after a kill at any point) and
+leaves finished maps alone; a different spec for an existing folder is refused (exit 2) unless
+--overwrite, which deletes the old set first.
 """
 
 from absl import app, flags
@@ -19,6 +20,7 @@ flags.DEFINE_integer("size", 256, "Map size in pixels (1 m per pixel).")
 flags.DEFINE_integer("seed", 0, "Random seed; the same seed gives the same files.")
 flags.DEFINE_string("simulation", "DPM", "Name of the gain/ sub-folder to write.")
 flags.DEFINE_integer("workers", 1, "Processes to generate maps in parallel.")
+flags.DEFINE_bool("overwrite", False, "Delete a synthetic set already in --out (any spec) and write this one afresh.")
 
 
 def main(argv):
@@ -29,8 +31,11 @@ def main(argv):
     common.require(32 <= FLAGS.size <= 4096, "size", FLAGS.size, "an integer in 32..4096")
     common.require(FLAGS.workers >= 1, "workers", FLAGS.workers, "an integer >= 1")
     common.require(FLAGS.simulation.isidentifier(), "simulation", FLAGS.simulation, "a folder name such as DPM")
+    common.require(FLAGS.seed >= 0, "seed", FLAGS.seed, "an integer >= 0")
     common.require_writable_dir(FLAGS.out, "out")
     spec = synthetic.DatasetSpec(FLAGS.maps, FLAGS.transmitters, FLAGS.size, FLAGS.seed, FLAGS.simulation)
+    if FLAGS.overwrite:
+        synthetic.remove_dataset(FLAGS.out)
     try:
         synthetic.generate_dataset(FLAGS.out, spec, workers=FLAGS.workers, progress=True)
     except ValueError as exc:

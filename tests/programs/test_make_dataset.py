@@ -1,6 +1,8 @@
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -50,4 +52,41 @@ def test_changed_spec_for_existing_root_is_refused(tmp_path):
     out = str(tmp_path / "d")
     assert _run("--out", out, "--maps", "1", "--transmitters", "1", "--size", "32").returncode == 0
     r = _run("--out", out, "--maps", "2", "--transmitters", "1", "--size", "32")
-    assert r.returncode == 2 and "already holds" in r.stderr
+    assert r.returncode == 2 and "already holds" in r.stderr and "--overwrite" in r.stderr
+
+
+def _files(root):
+    out = {}
+    for folder, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(folder, name)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, root)] = f.read()
+    return out
+
+
+def test_killed_mid_run_and_restarted_gives_the_files_of_an_uninterrupted_run(tmp_path):
+    args = ["--maps", "10", "--transmitters", "2", "--size", "128", "--seed", "3"]
+    killed, straight = str(tmp_path / "killed"), str(tmp_path / "straight")
+    proc = subprocess.Popen([sys.executable, "-m", "programs.make_dataset", "--out", killed, *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first_map = os.path.join(killed, "png", "buildings_complete", "0.png")
+    while not os.path.exists(first_map) and proc.poll() is None:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    assert len(os.listdir(os.path.dirname(first_map))) < 10
+    assert _run("--out", killed, *args).returncode == 0
+    assert _run("--out", straight, *args).returncode == 0
+    assert _files(killed) == _files(straight)
+
+
+def test_overwrite_replaces_a_set_of_another_spec(tmp_path):
+    out = str(tmp_path / "d")
+    assert _run("--out", out, "--maps", "2", "--transmitters", "1", "--size", "32").returncode == 0
+    (tmp_path / "d" / "notes.txt").write_text("mine")
+    r = _run("--out", out, "--maps", "1", "--transmitters", "2", "--size", "32", "--overwrite")
+    assert r.returncode == 0, r.stderr
+    data = rms.RadioMapSeer(rms.LoaderConfig(root=out, resolution=32))
+    assert data.summary()["samples"] == 2 and len(data.map_ids) == 1
+    assert (tmp_path / "d" / "notes.txt").read_text() == "mine"  # Only the set's own files went.

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 
 import numpy as np
 from PIL import Image
@@ -321,12 +322,34 @@ def prepare_root(root: str, spec: DatasetSpec, config: PropagationConfig = Propa
         if existing != record:
             raise ValueError(
                 f"{root} already holds a synthetic data set made with {existing['spec']}; "
-                f"asked for {record['spec']}. Use another --out or remove it."
+                f"asked for {record['spec']}. Use --overwrite to replace it, or another --out."
             )
     else:
-        with open(path, "w") as f:
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w") as f:
             json.dump(record, f, indent=2)
+        os.replace(tmp, path)  # A kill leaves the spec whole or absent.
+    for d in layout_dirs(root, spec.simulation).values():  # PNGs a kill left half-written.
+        for name in os.listdir(d):
+            if name.endswith(".tmp.png"):
+                os.remove(os.path.join(d, name))
     return [m for m in range(spec.maps) if not map_is_complete(root, m, spec)]
+
+
+def remove_dataset(root: str) -> None:
+    """Deletes the synthetic set written under `root` (its spec and layout folders, nothing else)."""
+    path = os.path.join(root, SPEC_FILE)
+    if not os.path.exists(path):
+        return
+    try:
+        with open(path) as f:
+            simulation = json.load(f)["spec"]["simulation"]
+    except (OSError, ValueError, KeyError):
+        simulation = "DPM"
+    for d in layout_dirs(root, simulation).values():
+        if os.path.isdir(d):
+            shutil.rmtree(d)
+    os.remove(path)
 
 
 def generate_dataset(
