@@ -12,6 +12,7 @@ run after its last checkpoint, and different flags for an existing folder are re
 """
 
 import json
+import math
 import os
 
 from absl import app, flags
@@ -45,6 +46,8 @@ flags.DEFINE_string("data_root", None, "RadioMapSeer-layout folder; default: the
 flags.DEFINE_integer("map_id", 0, "Map of --data_root whose transmitters 0..3 are the base stations.")
 flags.DEFINE_integer("eval_every", 5, "Evaluate every this many rounds (and after the last).")
 flags.DEFINE_string("out", "runs/epfl_remnet", "Output folder.")
+flags.DEFINE_bool("overwrite", False, "Delete the results already in --out/{scenario}/{method} (of any configuration) and start afresh.")
+flags.DEFINE_string("inject_nan_client", "", "Test hook: ROUND:CLIENT (0-based, as in metrics.csv) gives client CLIENT NaN inputs in round ROUND; its round must be dropped and counted in nonfinite_updates.")
 
 
 def validate() -> None:
@@ -54,15 +57,21 @@ def validate() -> None:
     common.require(1 <= FLAGS.clients_per_round <= 90, "clients_per_round", FLAGS.clients_per_round, "an integer in 1..90")
     common.require(FLAGS.local_epochs >= 1, "local_epochs", FLAGS.local_epochs, "an integer >= 1")
     common.require(FLAGS.batch_size >= 1, "batch_size", FLAGS.batch_size, "an integer >= 1")
-    common.require(FLAGS.client_lr > 0, "client_lr", FLAGS.client_lr, "a positive learning rate")
+    common.require(math.isfinite(FLAGS.client_lr) and FLAGS.client_lr > 0, "client_lr", FLAGS.client_lr, "a positive learning rate")
     common.require(0 <= FLAGS.k_fraction <= 1, "k_fraction", FLAGS.k_fraction, "a fraction in (0, 1], or 0 for no Top-K")
     common.require(FLAGS.bits == 0 or 2 <= FLAGS.bits <= 16, "bits", FLAGS.bits, "2..16, or 0 for float32 values")
     common.require(FLAGS.sync_period >= 1, "sync_period", FLAGS.sync_period, "an integer >= 1")
     common.require(0 <= FLAGS.ema_decay < 1, "ema_decay", FLAGS.ema_decay, "a decay in [0, 1)")
     common.require(FLAGS.head in ("linear", "mlp"), "head", FLAGS.head, "linear or mlp")
     common.require(FLAGS.eval_every >= 1, "eval_every", FLAGS.eval_every, "an integer >= 1")
-    if FLAGS.data_root is not None:
-        common.require(os.path.isdir(FLAGS.data_root), "data_root", FLAGS.data_root, "an existing RadioMapSeer-layout folder")
+    common.require(FLAGS.seed >= 0, "seed", FLAGS.seed, "an integer >= 0")
+    common.require(FLAGS.map_id >= 0, "map_id", FLAGS.map_id, "an integer >= 0")
+    injection = FLAGS.inject_nan_client.split(":") if FLAGS.inject_nan_client else ["0", "0"]
+    common.require(
+        len(injection) == 2 and all(p.isdigit() for p in injection) and int(injection[0]) < FLAGS.rounds and int(injection[1]) < 90,
+        "inject_nan_client", FLAGS.inject_nan_client, f"ROUND:CLIENT with ROUND in 0..{FLAGS.rounds - 1} and CLIENT in 0..89",
+    )
+    common.data_root(FLAGS.data_root)
     common.require_writable_dir(FLAGS.out, "out")
 
 
@@ -89,13 +98,22 @@ def main(argv):
     except (DataLayoutError, ValueError) as exc:
         common.fail(f"--data_root={FLAGS.data_root!r} --map_id={FLAGS.map_id}: {exc}")
     method = remnet_methods.method(FLAGS.method, base_config())
-    run = rem_runner.RunConfig(rounds=FLAGS.rounds, clients_per_round=FLAGS.clients_per_round, eval_every=FLAGS.eval_every, seed=FLAGS.seed)
+    run = rem_runner.RunConfig(
+        rounds=FLAGS.rounds, clients_per_round=FLAGS.clients_per_round, eval_every=FLAGS.eval_every, seed=FLAGS.seed,
+        inject_nan_client=FLAGS.inject_nan_client,
+    )
     run_dir = os.path.join(FLAGS.out, FLAGS.scenario, FLAGS.method)
-    runtime.install_local_context()
+    overwrite = FLAGS.overwrite
+
+    def train():
+        nonlocal overwrite
+        clear, overwrite = overwrite, False  # Once: a resume after a worker restart keeps the checkpoint.
+        return rem_runner.run_experiment(run_dir, scenario, method, run, overwrite=clear)
+
     try:
-        final = rem_runner.run_experiment(run_dir, scenario, method, run)
+        final = common.supervised(train, runtime.install_local_context())
     except rem_runner.RunFolderConflict as exc:
-        common.fail(f"--out={FLAGS.out!r}: {exc}")
+        common.refuse_other_run("out", FLAGS.out, exc)
     summary = {k: v for k, v in final.items() if k != "per_client_rmse"}
     print(json.dumps({"run_dir": run_dir, **summary}, indent=2))
 

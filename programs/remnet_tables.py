@@ -28,6 +28,7 @@ from tff_radiomap.data import rem_points
 from tff_radiomap.data.radiomapseer import DataLayoutError
 from tff_radiomap.experiments import remnet_figures, remnet_tables
 from tff_radiomap.learning import rem_runner
+from tff_radiomap.runtime import run_folder
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", "runs/remnet_tables", "Output folder.")
@@ -40,6 +41,7 @@ flags.DEFINE_list("pareto_r", ["1", "2"], "Sync periods R of the Pareto grid.")
 flags.DEFINE_string("data_root", None, "RadioMapSeer-layout folder; default: the built-in synthetic REM set.")
 flags.DEFINE_integer("map_id", 0, "Map of --data_root whose transmitters 0..3 are the base stations.")
 flags.DEFINE_integer("seed", 0, "Seed of initial models, shuffles and data splits.")
+flags.DEFINE_bool("overwrite", False, "Delete the results of every planned run in --out (of any configuration) and run them afresh.")
 
 
 def _floats(values, flag):
@@ -62,8 +64,9 @@ def tables_config():
     common.require(FLAGS.eval_every >= 1, "eval_every", FLAGS.eval_every, "an integer >= 1")
     scenarios = tuple(FLAGS.scenarios)
     common.require(scenarios and set(scenarios) <= set(rem_points.SCENARIOS), "scenarios", ",".join(scenarios), f"a subset of {rem_points.SCENARIOS}")
-    if FLAGS.data_root is not None:
-        common.require(os.path.isdir(FLAGS.data_root), "data_root", FLAGS.data_root, "an existing RadioMapSeer-layout folder")
+    common.require(FLAGS.seed >= 0, "seed", FLAGS.seed, "an integer >= 0")
+    common.require(FLAGS.map_id >= 0, "map_id", FLAGS.map_id, "an integer >= 0")
+    common.data_root(FLAGS.data_root)
     return remnet_tables.TablesConfig(
         data=rem_points.RemPointsConfig(root=FLAGS.data_root, map_id=FLAGS.map_id, seed=FLAGS.seed),
         run=rem_runner.RunConfig(rounds=FLAGS.rounds, clients_per_round=FLAGS.clients_per_round, eval_every=FLAGS.eval_every, seed=FLAGS.seed),
@@ -79,13 +82,15 @@ def main(argv):
     common.require_writable_dir(FLAGS.out, "out")
 
     start = time.monotonic()
-    runtime.install_local_context()
+    if FLAGS.overwrite:
+        for planned in remnet_tables.plan(config):
+            run_folder.clear(os.path.join(FLAGS.out, "runs", planned.scenario, planned.label), rem_runner.RUN_FILES)
     try:
-        results = remnet_tables.run_all(config, FLAGS.out)
+        results = common.supervised(lambda: remnet_tables.run_all(config, FLAGS.out), runtime.install_local_context())
     except DataLayoutError as exc:
         common.fail(f"--data_root={FLAGS.data_root!r}: {exc}")
     except rem_runner.RunFolderConflict as exc:
-        common.fail(f"--out={FLAGS.out!r}: {exc}")
+        common.refuse_other_run("out", FLAGS.out, exc)
     tables = remnet_tables.build_tables(config, results)
     markdown = []
     for name, rows in tables.items():

@@ -64,3 +64,22 @@ def test_client_selection_is_seeded_and_complete_when_all_participate():
     a = rem_runner.select_clients(90, 10, 0, 3)
     assert a == rem_runner.select_clients(90, 10, 0, 3) and len(set(a)) == 10
     assert a != rem_runner.select_clients(90, 10, 0, 4)
+
+
+def test_a_nan_client_is_dropped_counted_and_the_run_stays_finite(tff_runtime, tmp_path):
+    scenario = tiny_scenario()
+    method = remnet_methods.method("epfl_remnet", tiny_config(sync_period=1))
+    run = rem_runner.RunConfig(rounds=3, eval_every=1, checkpoint_every=1, inject_nan_client="1:2")
+    run_dir = str(tmp_path / "run")
+    final = rem_runner.run_experiment(run_dir, scenario, method, run, log=lambda m: None)
+    with open(os.path.join(run_dir, "metrics.csv")) as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["nonfinite_updates"]) for r in rows] == [0, 1, 0]
+    assert [int(r["uploads"]) for r in rows] == [3, 2, 3]  # The poisoned client uploads nothing.
+    assert all(np.isfinite(float(r[k])) for r in rows for k in ("train_loss", "macro_rmse"))
+    assert np.isfinite(final["macro_rmse"]) and all(np.isfinite(final["per_client_rmse"]))
+    # Server and client states (backbone, EMA, heads, error feedback) are all finite.
+    arrays = np.load(os.path.join(run_dir, "checkpoint.npz"))
+    assert all(np.all(np.isfinite(arrays[k])) for k in arrays.files if k != "meta")
+    with pytest.raises(ValueError, match="inject_nan_client='3:0'"):
+        rem_runner.RunConfig(rounds=3, inject_nan_client="3:0")

@@ -14,6 +14,9 @@ A round t (0-based; the paper's t mod R == 0 is our (t + 1) mod R == 0, the R-th
      rounds Delta is dropped, as Algorithm 1's ClientUpdate returns null: only the heads learn.
   4. Server aggregation: theta^(t+1) = theta^t + eta * mean(decoded uploads) (eta = 1 in the
      paper), and optionally an EMA of theta (`ema_decay`), the backbone used for evaluation.
+A client whose local result holds a NaN or Inf (a poisoned or diverged client) is dropped for the
+round before anything is uploaded: it uploads nothing, keeps its previous head and error, and is
+counted in the `nonfinite_updates` metric, so the backbone and the other clients stay finite.
 The head never leaves the client: with `split_head` (the default) the server state holds
 backbone variables only (keys `backbone_*`), and client states hold `head` (phi_i), `error` (e),
 `rounds` and `uploads` counters and `seed`.
@@ -218,10 +221,15 @@ def _client_round(config: EpflRemnetConfig, local: local_lib.LocalModel, layout:
             seed = tf.stack([state["seed"], tf.cast(broadcast["round"], tf.int64)])
             loss, side_bytes = train(data, seed)
             delta = [v.read_value() - t for v, t in zip(shared_vars, theta)]
-            sync = is_sync_round(broadcast["round"], config.sync_period)
+            # A round whose result holds a NaN or Inf is dropped: no upload, the old head and error.
+            finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in [loss] + delta + [v.read_value() for v in private_vars]])
+            delta = [tf.where(finite, d, tf.zeros_like(d)) for d in delta]
+            sync = tf.logical_and(is_sync_round(broadcast["round"], config.sync_period), finite)
             new_state = collections.OrderedDict()
             if private_vars:
-                new_state["head"] = collections.OrderedDict((key, v.read_value()) for key, v in zip(layout.private_keys, private_vars))
+                new_state["head"] = collections.OrderedDict(
+                    (key, tf.where(finite, v.read_value(), state["head"][key])) for key, v in zip(layout.private_keys, private_vars)
+                )
             if k is not None:
                 error = [state["error"][key] for key in layout.shared_keys]
 
@@ -240,7 +248,11 @@ def _client_round(config: EpflRemnetConfig, local: local_lib.LocalModel, layout:
             examples = tf.cast(data["num_examples"], tf.float32)
             weight = tf.cast(sync, tf.float32) * (examples if config.client_weighting == "num_examples" else 1.0)
             metrics = collections.OrderedDict(
-                loss=loss, examples=examples, uploaded=tf.cast(sync, tf.int32), side_bytes=side_bytes
+                loss=tf.where(finite, loss, 0.0),
+                examples=tf.where(finite, examples, 0.0),
+                uploaded=tf.cast(sync, tf.int32),
+                side_bytes=side_bytes,
+                nonfinite=tf.cast(tf.logical_not(finite), tf.int32),
             )
             return collections.OrderedDict(zip(layout.shared_keys, upload)), weight, new_state, metrics
 
@@ -298,6 +310,7 @@ def build_process(
     `local` defaults to the REMNet of `config.model` with the head private iff `split_head`.
     Returns the process and the layout (keys and initial values) of the parameters. Metrics:
     `train_loss` (examples-weighted mean over clients), `uploads` (clients that uploaded),
+    `nonfinite_updates` (clients whose round produced a NaN or Inf: dropped, their state kept),
     `uplink_bytes` (exact bytes they sent: uploads x bytes per upload of the device's shared part
     + per-step side bytes), `aggregator` (the upload factory's measurements; its own
     `uplink_bytes` counts every client it aggregates, zero-weight non-sync clients included, so
@@ -332,6 +345,7 @@ def build_process(
             train_loss=tff.federated_mean(client_metrics.loss, weight=client_metrics.examples),
             uploads=uploads,
             uplink_bytes=tff.federated_map(uplink_bytes, (uploads, tff.federated_sum(client_metrics.side_bytes))),
+            nonfinite_updates=tff.federated_sum(client_metrics.nonfinite),
             aggregator=aggregate.measurements,
         )
         new_server_state = tff.federated_zip(collections.OrderedDict(model=new_model, aggregator=aggregate.state))

@@ -11,7 +11,8 @@ per round. A run folder holds:
     final.json       the final accuracy (with per-client RMSE), uplink and wall time
     tensorboard/     the same scalars for TensorBoard
 A killed run restarted on the same folder resumes from its checkpoint and drops the CSV rows of
-the rounds after it, so no row is duplicated.
+the rounds after it, so no row is duplicated; a finished one is read back; `overwrite` deletes the
+folder's run files (`RUN_FILES`) first.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from __future__ import annotations
 import collections
 import csv
 import dataclasses
-import io
 import json
 import os
 import time
@@ -31,12 +31,13 @@ from tff_radiomap.data.rem_points import RemScenario
 from tff_radiomap.learning import epfl_remnet
 from tff_radiomap.learning import local_model as local_lib
 from tff_radiomap.metrics.rem_accuracy import RemAccuracy, rem_accuracy
+from tff_radiomap.runtime import run_folder
 
 MEGABYTE = 1e6  # Uplink is reported in MB = 10^6 bytes.
 
 
-class RunFolderConflict(ValueError):
-    """The run folder holds a run with another configuration."""
+RunFolderConflict = run_folder.RunFolderConflict  # The run folder holds a run with another configuration.
+RUN_FILES = ("config.json", "metrics.csv", "checkpoint.npz", "final.json", "tensorboard")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,11 +59,32 @@ class RunConfig:
     eval_every: int = 5
     checkpoint_every: int = 5
     seed: int = 0
+    # Test hook: "ROUND:CLIENT" (0-based, as in metrics.csv) feeds client CLIENT NaN inputs in round
+    # ROUND if it is selected; its round must be dropped and counted (nonfinite_updates).
+    inject_nan_client: str = ""
 
     def __post_init__(self):
         for name in ("rounds", "clients_per_round", "eval_every", "checkpoint_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)}: expected an integer >= 1")
+        self.nan_injection()
+
+    def nan_injection(self) -> tuple[int, int] | None:
+        """(round, client) of the `inject_nan_client` test hook, or None."""
+        if not self.inject_nan_client:
+            return None
+        parts = self.inject_nan_client.split(":")
+        if len(parts) != 2 or not all(p.isdigit() for p in parts) or int(parts[0]) >= self.rounds:
+            raise ValueError(f"inject_nan_client={self.inject_nan_client!r}: expected ROUND:CLIENT with ROUND in 0..{self.rounds - 1}")
+        return int(parts[0]), int(parts[1])
+
+    def record(self) -> dict:
+        """The configuration as recorded in config.json (the hook only when set, so that folders
+        written before it existed still match)."""
+        record = dataclasses.asdict(self)
+        if not self.inject_nan_client:
+            record.pop("inject_nan_client")
+        return record
 
 
 # ---------------------------------------------------------------------------------------------
@@ -159,7 +181,7 @@ class Evaluator:
 
 # ---------------------------------------------------------------------------------------------
 # The run.
-CSV_FIELDS = ["round", "train_loss", "uploads", "uplink_bytes", "cum_uplink_mb", "round_s", "micro_rmse", "macro_rmse", "micro_mae", "macro_mae"]
+CSV_FIELDS = ["round", "train_loss", "uploads", "uplink_bytes", "cum_uplink_mb", "round_s", "micro_rmse", "macro_rmse", "micro_mae", "macro_mae", "nonfinite_updates"]
 
 
 def _csv_fields(num_outputs: int) -> list[str]:
@@ -169,30 +191,17 @@ def _csv_fields(num_outputs: int) -> list[str]:
 def _prepare_run_dir(run_dir: str, record: dict) -> None:
     os.makedirs(run_dir, exist_ok=True)
     path = os.path.join(run_dir, "config.json")
-    text = json.dumps(record, indent=2, sort_keys=True, default=str)
+    record = json.loads(json.dumps(record, default=str))
     if os.path.exists(path):
-        with open(path) as f:
-            existing = f.read()
-        if json.loads(existing) != json.loads(text):
-            raise RunFolderConflict(f"{run_dir} holds a run with another configuration ({path}); use another folder")
+        try:
+            with open(path) as f:
+                existing = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise RunFolderConflict(f"{path} is unreadable ({exc})") from exc
+        if existing != record:
+            raise RunFolderConflict(f"{run_dir} holds a run with another configuration ({path})")
     else:
-        with open(path, "w") as f:
-            f.write(text)
-
-
-def _truncate_csv(path: str, last_round: int, fields: list[str]) -> None:
-    """Keeps the header and the rows of rounds <= last_round (rows of a killed run's tail go)."""
-    rows = []
-    if os.path.exists(path):
-        with open(path, newline="") as f:
-            rows = [r for r in csv.DictReader(f) if int(r["round"]) <= last_round]
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=fields)
-    writer.writeheader()
-    writer.writerows(rows)
-    with open(path + ".tmp", "w", newline="") as f:
-        f.write(buf.getvalue())
-    os.replace(path + ".tmp", path)
+        run_folder.write_json(path, record)
 
 
 def select_clients(num_clients: int, per_round: int, seed: int, round_num: int) -> list[int]:
@@ -224,14 +233,30 @@ def _write_row(csv_path: str, fields: list[str], writer, row: dict) -> None:
 
 def _write_json(path: str, content: dict) -> dict:
     content = json.loads(json.dumps(content))  # As a rerun will read it back (lists, not tuples).
-    with open(path + ".tmp", "w") as f:
-        json.dump(content, f, indent=2)
-    os.replace(path + ".tmp", path)
+    run_folder.write_json(path, content)
     return content
 
 
+def _inject_nan(run: RunConfig, round_num: int, ids: list[int], data: list) -> list:
+    """The `inject_nan_client` test hook: the chosen client's inputs become NaN in its round."""
+    injection = run.nan_injection()
+    if injection is None or injection[0] != round_num or injection[1] not in ids:
+        return data
+    i = ids.index(injection[1])
+    poisoned = collections.OrderedDict(data[i])
+    poisoned["x"] = np.full_like(poisoned["x"], np.nan)
+    return data[:i] + [poisoned] + data[i + 1 :]
+
+
 def run_experiment(
-    run_dir: str, scenario: RemScenario, method: Method, run: RunConfig, log=print, pad_to: int | None = None, processes: dict | None = None
+    run_dir: str,
+    scenario: RemScenario,
+    method: Method,
+    run: RunConfig,
+    log=print,
+    pad_to: int | None = None,
+    processes: dict | None = None,
+    overwrite: bool = False,
 ) -> dict:
     """Runs (or resumes, or just reads back) one method on one scenario; returns final.json's content.
 
@@ -239,7 +264,9 @@ def run_experiment(
     type; `processes` (a dict the caller keeps) then reuses a process built for an earlier run
     of the same method instead of tracing it again.
     """
-    record = {"method": method.record(), "scenario": scenario.name, "data": dataclasses.asdict(scenario.config), "run": dataclasses.asdict(run)}
+    record = {"method": method.record(), "scenario": scenario.name, "data": dataclasses.asdict(scenario.config), "run": run.record()}
+    if overwrite and os.path.isdir(run_dir):
+        run_folder.clear(run_dir, RUN_FILES)
     _prepare_run_dir(run_dir, record)
     final_path = os.path.join(run_dir, "final.json")
     if os.path.exists(final_path):
@@ -259,17 +286,18 @@ def run_experiment(
     if os.path.exists(ckpt_path):
         server_state, meta = load_checkpoint(ckpt_path, server_state, store)
         log(f"{run_dir}: resuming after round {meta['round']}")
-    _truncate_csv(csv_path, meta["round"], fields)
+    run_folder.truncate_csv(csv_path, meta["round"], fields=fields)
     writer = tf.summary.create_file_writer(os.path.join(run_dir, "tensorboard"))
 
     accuracy = None
     for r in range(meta["round"] + 1, run.rounds):
         start = time.monotonic()
         ids = select_clients(len(data), run.clients_per_round, run.seed, r)
-        server_state, new_states, metrics = process.next(server_state, store.gather(ids), [data[i] for i in ids])
+        server_state, new_states, metrics = process.next(server_state, store.gather(ids), _inject_nan(run, r, ids, [data[i] for i in ids]))
         store.scatter(ids, new_states)
         meta["cum_uplink_bytes"] += int(metrics["uplink_bytes"])
         row = {"round": r, "train_loss": float(metrics["train_loss"]), "uploads": int(metrics["uploads"]), "uplink_bytes": int(metrics["uplink_bytes"])}
+        row["nonfinite_updates"] = int(metrics.get("nonfinite_updates", 0))
         row["cum_uplink_mb"] = meta["cum_uplink_bytes"] / MEGABYTE
         if (r + 1) % run.eval_every == 0 or r == run.rounds - 1:
             accuracy = evaluate(server_state, store)
