@@ -45,6 +45,7 @@ flags.DEFINE_integer("seed", 0, "Seed of the initial model, client shuffles and 
 flags.DEFINE_string("data_root", None, "RadioMapSeer-layout folder; default: the built-in synthetic REM set.")
 flags.DEFINE_integer("map_id", 0, "Map of --data_root whose transmitters 0..3 are the base stations.")
 flags.DEFINE_integer("eval_every", 5, "Evaluate every this many rounds (and after the last).")
+flags.DEFINE_integer("checkpoint_every", 5, "Save server and client states every this many rounds (and after the last); a killed run resumes from there.")
 flags.DEFINE_string("out", "runs/epfl_remnet", "Output folder.")
 flags.DEFINE_bool("overwrite", False, "Delete the results already in --out/{scenario}/{method} (of any configuration) and start afresh.")
 flags.DEFINE_string("inject_nan_client", "", "Test hook: ROUND:CLIENT (0-based, as in metrics.csv) gives client CLIENT NaN inputs in round ROUND; its round must be dropped and counted in nonfinite_updates.")
@@ -64,6 +65,7 @@ def validate() -> None:
     common.require(0 <= FLAGS.ema_decay < 1, "ema_decay", FLAGS.ema_decay, "a decay in [0, 1)")
     common.require(FLAGS.head in ("linear", "mlp"), "head", FLAGS.head, "linear or mlp")
     common.require(FLAGS.eval_every >= 1, "eval_every", FLAGS.eval_every, "an integer >= 1")
+    common.require(FLAGS.checkpoint_every >= 1, "checkpoint_every", FLAGS.checkpoint_every, "an integer >= 1")
     common.require(FLAGS.seed >= 0, "seed", FLAGS.seed, "an integer >= 0")
     common.require(FLAGS.map_id >= 0, "map_id", FLAGS.map_id, "an integer >= 0")
     injection = FLAGS.inject_nan_client.split(":") if FLAGS.inject_nan_client else ["0", "0"]
@@ -100,7 +102,7 @@ def main(argv):
     method = remnet_methods.method(FLAGS.method, base_config())
     run = rem_runner.RunConfig(
         rounds=FLAGS.rounds, clients_per_round=FLAGS.clients_per_round, eval_every=FLAGS.eval_every, seed=FLAGS.seed,
-        inject_nan_client=FLAGS.inject_nan_client,
+        checkpoint_every=FLAGS.checkpoint_every, inject_nan_client=FLAGS.inject_nan_client,
     )
     run_dir = os.path.join(FLAGS.out, FLAGS.scenario, FLAGS.method)
     overwrite = FLAGS.overwrite

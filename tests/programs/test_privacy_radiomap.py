@@ -1,16 +1,16 @@
-import csv
+"""programs.privacy_radiomap as a user runs it: kill -9 and resume, a dead TFF worker, bad flags,
+a folder holding another run."""
+
 import json
 import os
 import signal
-import subprocess
-import sys
-import time
 
 import pytest
 
+from tests.programs import processes
 from tff_radiomap.data import synthetic
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROUNDS = 5
 
 
 @pytest.fixture(scope="module")
@@ -19,40 +19,68 @@ def data_root(tmp_path_factory):
     return synthetic.generate_dataset(str(tmp_path_factory.mktemp("rms")), spec, progress=False)
 
 
-def _command(data_root, out, *extra):
-    return [
-        sys.executable, "-m", "programs.privacy_radiomap", f"--data_root={data_root}", f"--output_dir={out}",
-        "--resolution=32", "--clients=3", "--clients_per_round=2", "--batch_size=4", "--rounds=3",
-        "--stage1_rounds=1", "--noprogress", *extra,
-    ]
+def _args(data_root, out, *extra):
+    # FedSGD: one TFF process to build per start (the two-stage switch across a resume is
+    # covered in tests/experiments).
+    return (
+        f"--data_root={data_root}", f"--output_dir={out}", "--resolution=32", "--clients=3", "--clients_per_round=2",
+        "--batch_size=4", f"--rounds={ROUNDS}", "--defense=fedsgd", "--noprogress", *extra,
+    )
+
+
+def _program(*args):
+    return processes.run("programs.privacy_radiomap", *args)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(data_root, tmp_path_factory):
+    out = tmp_path_factory.mktemp("straight") / "run"
+    done = _program(*_args(data_root, out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    return out
 
 
 def test_bad_flags_exit_2_naming_the_flag(data_root, tmp_path):
-    r = subprocess.run(_command(data_root, tmp_path / "o", "--clients_per_round=5"), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    r = _program(*_args(data_root, tmp_path / "o", "--clients_per_round=5"))
     assert r.returncode == 2 and "--clients_per_round=5: expected an integer in 1..3" in r.stderr
 
 
-def test_a_run_killed_mid_way_resumes_when_restarted(data_root, tmp_path):
+def test_killed_mid_run_then_restarted_ends_with_the_csv_of_an_uninterrupted_run(data_root, uninterrupted, tmp_path):
     out = tmp_path / "run"
-    state_1 = out / "program_state" / "program_state_1"
-    # FedSGD: one TFF process to build per start (the two-stage switch across a resume is
-    # covered in tests/experiments).
-    command = _command(data_root, out, "--defense=fedsgd")
-    killed = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 240
-    while not state_1.exists() and killed.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert state_1.exists(), "the run saved no program state for round 1"
-    killed.send_signal(signal.SIGKILL)
-    killed.wait()
+    killed = processes.start("programs.privacy_radiomap", *_args(data_root, out))
+    processes.wait_for(out / "program_state" / "program_state_1", killed)
+    processes.kill(killed)
+    assert not (out / "summary.json").exists()
 
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = _program(*_args(data_root, out))
     assert done.returncode == 0, done.stderr[-2000:]
     assert "resuming after round" in done.stderr
     assert f"results: {out}" in done.stdout
-    with open(out / "metrics.csv") as f:
-        rows = list(csv.DictReader(f))
-    assert [r["round"] for r in rows] == ["1", "2", "3"] and [r["phase"] for r in rows] == ["0", "0", "0"]
-    summary = json.load(open(out / "summary.json"))
-    assert summary["rounds"] == 3 and 1 <= summary["best_round"] <= 3
-    assert json.load(open(out / "config.json"))["defense"] == "fedsgd"
+    assert processes.rows(out / "metrics.csv") == processes.rows(uninterrupted / "metrics.csv")
+    assert [r["round"] for r in processes.rows(out / "metrics.csv")] == [str(r) for r in range(1, ROUNDS + 1)]
+    final = json.load(open(out / "summary.json"))
+    assert final["best_val_mse"] == json.load(open(uninterrupted / "summary.json"))["best_val_mse"]
+
+    # Finished: the same command reads it back; other flags on the folder are refused.
+    again = _program(*_args(data_root, out))
+    assert again.returncode == 0 and "resuming" not in again.stderr
+    other = _program(*_args(data_root, out, "--seed=3"))
+    assert other.returncode == 2
+    assert f"--output_dir='{out}'" in other.stderr and "seed: saved 0, now 3" in other.stderr and "--overwrite" in other.stderr
+
+
+def test_a_killed_tff_worker_is_restarted_and_the_run_resumes(data_root, uninterrupted, tmp_path):
+    out, log = tmp_path / "run", tmp_path / "stderr.txt"
+    program = processes.start("programs.privacy_radiomap", *_args(data_root, out), stderr_path=log)
+    try:
+        processes.wait_for(out / "program_state" / "program_state_1", program)
+        workers = processes.worker_pids(program.pid)
+        assert len(workers) == 1, workers
+        os.kill(workers[0], signal.SIGKILL)
+        assert program.wait(timeout=processes.TIMEOUT_S) == 0
+    finally:
+        if program.poll() is None:
+            processes.kill(program)
+    assert f"the TFF worker (pid {workers[0]}) died" in log.read_text() and "restarting it (1/3)" in log.read_text()
+    assert processes.rows(out / "metrics.csv") == processes.rows(uninterrupted / "metrics.csv")
+    assert json.load(open(out / "summary.json"))["rounds"] == ROUNDS

@@ -1,0 +1,63 @@
+"""Helpers of the program tests: running a program, killing it or its TFF worker mid-run."""
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TIMEOUT_S = 600
+
+
+def run(module: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
+
+
+def start(module: str, *args: str, stderr_path=None) -> subprocess.Popen:
+    """Starts the program; its stderr goes to `stderr_path` (or nowhere)."""
+    stderr = open(stderr_path, "w") if stderr_path else subprocess.DEVNULL
+    try:
+        return subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr)
+    finally:
+        if stderr_path:
+            stderr.close()
+
+
+def wait_for(path, proc: subprocess.Popen) -> None:
+    """Polls until `path` exists; fails if `proc` exits first."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while not os.path.exists(path):
+        assert proc.poll() is None, f"the program exited ({proc.returncode}) before writing {path}"
+        assert time.monotonic() < deadline, f"no {path} after {TIMEOUT_S} s"
+        time.sleep(0.05)
+
+
+def kill(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+def worker_pids(pid: int) -> list[int]:
+    """Pids of the TFF worker_binary processes whose parent is `pid` (as workers.py starts them)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                command = f.read()
+        except OSError:
+            continue
+        if ppid == pid and b"worker_binary" in command:
+            found.append(int(entry))
+    return found
+
+
+def rows(path, drop=("seconds", "round_s")) -> list[dict]:
+    """The CSV's rows without the wall-time columns (the rest must match run to run)."""
+    with open(path) as f:
+        return [{k: v for k, v in r.items() if k not in drop} for r in csv.DictReader(f)]
