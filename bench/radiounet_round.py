@@ -1,13 +1,25 @@
-"""Seconds per federated round of the two-stage RadioUNet, against plain TensorFlow doing the same.
+"""Seconds per federated round of RadioUNet in TFF, against plain TensorFlow doing the same round.
 
-  python -m bench.radiounet_round [--resolution 64 --width 0.25 --clients 6 --samples 80 --rounds 5]
+  .venv/bin/python -m bench.radiounet_round [--resolution=64 --width=0.25 --clients=6 --samples=80
+                                             --rounds=5 --phase=stage1 --reference]
 
-Random data (the speed does not depend on it). Prints the median seconds of a stage-1 and a stage-2
-round of the TFF process (first round of each stage, which loads the computation into the worker,
-excluded) and of a `tf.function` loop running the same local training in this process.
+What is compared, round by round, alternating, on the same random data (speed does not depend on
+its values): C clients, each with S samples in batches of 64, one local epoch with client Adam 1e-3
+from the global weights, uploads weighted by sample count, server SGD 1.0.
+  - `tff`: one `next` of our learning process (`radiounet_process.build_two_stage_process` with
+    `batch_size`, as the programs run it) on TFF's worker_binary (it runs the clients in parallel);
+  - `plain`: one `tf.function` in this process doing the same round (every client's local loop,
+    `local_training.train_epochs_on_tensors`, the weighted mean of the uploads, the server step)
+    in one graph, so that TensorFlow also runs the clients in parallel. Same clients, samples,
+    batches, steps and arithmetic: both end with the same weights (printed, to float tolerance);
+  - `tff_reduce` (with --reference): the process with the `dataset.reduce` local loop, the path
+    before issue 6.
+Prints the medians over `rounds` rounds (after one warm-up round each) and the median of the
+per-round ratios tff / plain, with the load average.
 """
 
 import collections
+import os
 import statistics
 import time
 
@@ -16,7 +28,7 @@ import tensorflow as tf
 from absl import app, flags
 
 from tff_radiomap import runtime
-from tff_radiomap.learning import keras_wrap, local_training, radiounet_process
+from tff_radiomap.learning import federated_data, keras_wrap, local_training, radiounet_process
 from tff_radiomap.learning.keras_wrap import Phase
 from tff_radiomap.models import radiounet
 
@@ -25,16 +37,60 @@ flags.DEFINE_integer("resolution", 64, "Map side in pixels.")
 flags.DEFINE_float("width", 0.25, "RadioUNet width multiplier.")
 flags.DEFINE_integer("clients", 6, "Clients per round.")
 flags.DEFINE_integer("samples", 80, "Samples per client.")
-flags.DEFINE_integer("rounds", 5, "Rounds timed per stage (after one warm-up round).")
+flags.DEFINE_integer("batch_size", 64, "Local batch size.")
+flags.DEFINE_integer("rounds", 5, "Timed rounds (after one warm-up round).")
+flags.DEFINE_enum("phase", "stage1", ["stage1", "stage2"], "Which stage the rounds train.")
+flags.DEFINE_bool("reference", False, "Also time the dataset.reduce local loop (the pre-issue-6 path).")
+
+LEARNING_RATE = 1e-3
 
 
-def _datasets(config, rng):
+def random_clients(config, num_clients: int, samples: int, seed: int = 0) -> federated_data.FederatedRadioMaps:
+    rng = np.random.default_rng(seed)
     r = config.resolution
+    clients = []
+    for _ in range(num_clients):
+        x = (rng.random((samples, r, r, 2)) < 0.3).astype(np.float32)
+        clients.append((x, rng.random((samples, r, r, 1)).astype(np.float32)))
+    return federated_data.FederatedRadioMaps(clients, clients[0], clients[0], seed=seed)
+
+
+class PlainRound:
+    """One FedAvg round of `phase` in one `tf.function`: the plain-TensorFlow reference."""
+
+    def __init__(self, config, phase: Phase, initial: keras_wrap.NetworkWeights, num_clients: int, batch_size: int):
+        start = keras_wrap.to_model_weights(initial, phase)
+        self.global_weights = [tf.Variable(w) for w in start.trainable]
+        self.models = [keras_wrap.build_phase_model(config, phase) for _ in range(num_clients)]
+        for model in self.models:
+            for v, w in zip(model.non_trainable_variables, start.non_trainable):
+                v.assign(w)
+        self.optimizer = radiounet_process.build_optimizer("adam", LEARNING_RATE)
+        self.batch_size = batch_size
+        self.run = tf.function(self._round)
+
+    def _round(self, samples):
+        updates, weights = [], []
+        for model, client in zip(self.models, samples):
+            for v, w in zip(model.trainable_variables, self.global_weights):
+                v.assign(w)
+            state = local_training.initial_optimizer_state(self.optimizer, model)
+            _, _, count = local_training.train_epochs_on_tensors(
+                model, self.optimizer, state, client["x"], client["y"], self.batch_size
+            )
+            updates.append([w - v for w, v in zip(self.global_weights, model.trainable_variables)])
+            weights.append(tf.cast(count, tf.float32))
+        total = tf.add_n(weights)
+        for i, w in enumerate(self.global_weights):  # Server SGD 1.0 on the weighted mean update.
+            w.assign_sub(tf.add_n([u[i] * n for u, n in zip(updates, weights)]) / total)
+        return total
+
+
+def _samples(data, clients, round_num):
     out = []
-    for _ in range(FLAGS.clients):
-        x = (rng.random((FLAGS.samples, r, r, 2)) < 0.3).astype(np.float32)
-        y = rng.random((FLAGS.samples, r, r, 1)).astype(np.float32)
-        out.append(tf.data.Dataset.from_tensor_slices(collections.OrderedDict(x=x, y=y)).batch(64))
+    for k in clients:
+        batches = list(data.client_dataset(int(k), round_num, FLAGS.batch_size).as_numpy_iterator())
+        out.append({key: tf.constant(np.concatenate([b[key] for b in batches])) for key in ("x", "y")})
     return out
 
 
@@ -42,40 +98,46 @@ def main(argv):
     del argv
     runtime.install_local_context()
     config = radiounet.RadioUNetConfig(FLAGS.resolution, FLAGS.width)
+    phase = Phase.STAGE1 if FLAGS.phase == "stage1" else Phase.STAGE2
     initial = keras_wrap.initial_weights(config, 0)
-    adam = radiounet_process.build_optimizer("adam", 1e-3)
-    process = radiounet_process.build_two_stage_process(
-        config, initial, FLAGS.rounds + 1, adam, radiounet_process.build_optimizer("sgd", 1.0)
-    )
-    data = _datasets(config, np.random.default_rng(0))
-    state = process.initialize()
+    data = random_clients(config, FLAGS.clients, FLAGS.samples)
+    clients = list(range(FLAGS.clients))
+    adam = radiounet_process.build_optimizer("adam", LEARNING_RATE)
+    sgd = radiounet_process.build_optimizer("sgd", 1.0)
+    stage1_rounds = 10**6 if phase == Phase.STAGE1 else 0
+    processes = {"tff": radiounet_process.build_two_stage_process(config, initial, stage1_rounds, adam, sgd, batch_size=FLAGS.batch_size)}
+    if FLAGS.reference:
+        processes["tff_reduce"] = radiounet_process.build_two_stage_process(config, initial, stage1_rounds, adam, sgd)
+    states = {name: p.initialize() for name, p in processes.items()}
+    plain = PlainRound(config, phase, initial, FLAGS.clients, FLAGS.batch_size)
+
     seconds = collections.defaultdict(list)
-    for round_num in range(1, 2 * FLAGS.rounds + 3):
-        t0 = time.perf_counter()
-        state, _ = process.next(state, round_num, data)
-        if round_num not in (1, FLAGS.rounds + 2):
-            seconds[process.phase_for_round(round_num)].append(time.perf_counter() - t0)
-
-    for phase in (Phase.STAGE1, Phase.STAGE2):
-        model = keras_wrap.build_phase_model(config, phase)
-
-        @tf.function
-        def local(dataset):
-            return local_training.train_epochs(model, adam, local_training.initial_optimizer_state(adam, model), dataset)
-
-        for d in data:  # Warm-up: trace.
-            local(d)
-        plain = []
-        for _ in range(FLAGS.rounds):
+    for round_num in range(1, FLAGS.rounds + 2):
+        datasets = data.round_datasets(clients, round_num, FLAGS.batch_size)
+        samples = _samples(data, clients, round_num)
+        for name, process in processes.items():
             t0 = time.perf_counter()
-            for d in data:
-                local(d)
-            plain.append(time.perf_counter() - t0)
-        print(
-            f"{phase.name.lower()}: TFF round {statistics.median(seconds[phase]):.2f} s, "
-            f"plain tf.function {statistics.median(plain):.2f} s "
-            f"({FLAGS.clients} clients x {FLAGS.samples} samples, {FLAGS.resolution}x{FLAGS.resolution}, width x{FLAGS.width})"
-        )
+            states[name], _ = process.next(states[name], round_num, datasets)
+            seconds[name].append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        plain.run(samples)
+        seconds["plain"].append(time.perf_counter() - t0)
+
+    timed = {name: s[1:] for name, s in seconds.items()}  # Round 1 loads / traces: left out.
+    tff_weights = keras_wrap.to_model_weights(processes["tff"].network_weights(states["tff"]), phase).trainable
+    max_diff = max(float(np.max(np.abs(a - b.numpy()))) for a, b in zip(tff_weights, plain.global_weights))
+    max_weight = max(float(np.max(np.abs(a))) for a in tff_weights)
+    print(
+        f"RadioUNet {FLAGS.phase} round, {FLAGS.clients} clients x {FLAGS.samples} samples, "
+        f"{FLAGS.resolution}x{FLAGS.resolution}, width x{FLAGS.width}, batch {FLAGS.batch_size}; "
+        f"medians of {FLAGS.rounds} rounds; load average {os.getloadavg()[0]:.2f}"
+    )
+    for name, s in timed.items():
+        print(f"  {name:10s} {statistics.median(s):7.3f} s   ({' '.join(f'{t:.2f}' for t in s)})")
+    for name in processes:
+        ratio = statistics.median(a / b for a, b in zip(timed[name], timed["plain"]))
+        print(f"  ratio {name} / plain: {ratio:.3f}")
+    print(f"  weights after {FLAGS.rounds + 1} rounds, max |tff - plain| = {max_diff:.2e} (max |w| = {max_weight:.2f})")
 
 
 if __name__ == "__main__":

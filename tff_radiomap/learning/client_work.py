@@ -35,8 +35,19 @@ def build_client_work(
     phase: keras_wrap.Phase,
     optimizer: tff.learning.optimizers.Optimizer,
     local_steps: local_training.LocalSteps,
+    batch_size: int | None = None,
 ) -> tff.learning.templates.ClientWorkProcess:
-    """Client work training `phase` of the network `config` with `optimizer`."""
+    """Client work training `phase` of the network `config` with `optimizer`.
+
+    A client's data is a `tf.data.Dataset` of batches (`keras_wrap.batch_spec`). With `batch_size`
+    None the local loop iterates over it (`dataset.reduce`). With an integer, the client's samples
+    are first gathered into two tensors, in the data set's order, and the loop runs over slices of
+    `batch_size` rows (`local_training.train_epochs_on_tensors`): the same updates when the data set
+    is batched by `batch_size` (it may also be one element holding every sample), several times
+    faster. The data set must then hold at least one sample.
+    """
+    if batch_size is not None and not (isinstance(batch_size, int) and batch_size >= 1):
+        raise ValueError(f"batch_size={batch_size!r}: expected None or an integer >= 1")
     data_type = tff.SequenceType(tff.types.tensorflow_to_type(keras_wrap.batch_spec(config.resolution)))
     weights_type = _weights_type(config, phase)
     initial_hparams = optimizer.get_hparams(optimizer.initialize(tf.TensorSpec([], tf.float32)))
@@ -46,7 +57,8 @@ def build_client_work(
         return tff.federated_value(initial_hparams, tff.SERVER)
 
     hparams_type = init_fn.type_signature.result.member
-    client_update = _client_update(config, phase, optimizer, local_steps, (hparams_type, weights_type, data_type))
+    train = _trainer(local_steps, batch_size)
+    client_update = _client_update(config, phase, optimizer, train, (hparams_type, weights_type, data_type))
 
     @tff.tensorflow.computation
     def finalize_measurements(sums):
@@ -85,9 +97,22 @@ def build_client_work(
     )
 
 
-def _client_update(config, phase, optimizer, local_steps, parameter_types):
-    """(hparams, theta_r, data set) -> (ClientResult(theta_r - theta_loc, n_k), loss sums)."""
-    train = local_training.TRAINERS[local_steps]
+def _trainer(local_steps: local_training.LocalSteps, batch_size: int | None):
+    """(model, optimizer, optimizer state, client data) -> (optimizer state, loss_sum, count)."""
+    if batch_size is None:
+        return local_training.TRAINERS[local_steps]
+    train_on_tensors = local_training.TENSOR_TRAINERS[local_steps]
+
+    def train(model, optimizer, state, dataset):
+        # Every sample in one element (batch() reserves at most 2**16 slots, whatever its size).
+        samples = dataset.unbatch().batch(2**62).get_single_element()
+        return train_on_tensors(model, optimizer, state, samples["x"], samples["y"], batch_size)
+
+    return train
+
+
+def _client_update(config, phase, optimizer, train, parameter_types):
+    """(hparams, theta_r, client data) -> (ClientResult(theta_r - theta_loc, n_k), loss sums)."""
 
     @tff.tensorflow.computation(*parameter_types)
     def client_update(hparams, initial_weights, dataset):

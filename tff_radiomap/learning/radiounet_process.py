@@ -60,9 +60,14 @@ def build_phase_process(
     server_optimizer: tff.learning.optimizers.Optimizer,
     model_aggregator: AggregationFactory | None = None,
     local_steps: local_training.LocalSteps = local_training.LocalSteps.EPOCHS,
+    batch_size: int | None = None,
 ) -> tff.learning.templates.LearningProcess:
-    """The learning process of one phase; `initialize()` starts from `initial`."""
-    work = client_work.build_client_work(config, phase, client_optimizer, local_steps)
+    """The learning process of one phase; `initialize()` starts from `initial`.
+
+    `batch_size` None: clients' data are `tf.data.Dataset`s of batches; an integer: tensors of
+    samples in training order, batched inside the computation (`client_work.build_client_work`).
+    """
+    work = client_work.build_client_work(config, phase, client_optimizer, local_steps, batch_size)
     weights_type = work.next.type_signature.parameter[1].member
     start = keras_wrap.to_model_weights(initial, phase)
 
@@ -88,7 +93,8 @@ class PhasedProcess:
 
     State (`initialize`, `next`): OrderedDict(phase=int, learning=the phase process's
     `LearningAlgorithmState`). `next(state, round_num, client_data)` runs round `round_num`
-    (1-based) on the list of client data sets; its metrics hold `phase` and the phase process's
+    (1-based) on the list of client data (data sets, or sample tensors when built with a
+    `batch_size`); its metrics hold `phase` and the phase process's
     metrics (`client_work`, `aggregator`, `finalizer`, `distributor`). `client_weighting[phase]`
     is 'num_examples' (Eq. (5)) or 'uniform' (an unweighted aggregator).
     """
@@ -117,7 +123,7 @@ class PhasedProcess:
         phase = Phase(int(state["phase"]))
         return keras_wrap.from_model_weights(state["learning"].global_model_weights, phase, self.initial)
 
-    def next(self, state, round_num: int, client_data: Sequence[tf.data.Dataset]):
+    def next(self, state, round_num: int, client_data: Sequence):
         phase = self.phase_for_round(round_num)
         if phase != Phase(int(state["phase"])):
             state = self._enter(phase, state)
@@ -156,11 +162,14 @@ def build_two_stage_process(
     client_optimizer: tff.learning.optimizers.Optimizer,
     server_optimizer: tff.learning.optimizers.Optimizer,
     model_aggregator: AggregationFactory | Mapping[Phase, AggregationFactory | None] | None = None,
+    batch_size: int | None = None,
 ) -> PhasedProcess:
     """No Defense's protocol: stage 1 for rounds 1..`stage1_rounds`, then stage 2 (stage 1 frozen).
 
     `model_aggregator` is one factory for both phases, or {Phase.STAGE1: f1, Phase.STAGE2: f2}
     when the aggregation depends on which stage is uploaded (None: the weighted mean).
+    `batch_size`: see `build_phase_process` (an integer is the fast path; `next` then takes
+    `federated_data.FederatedRadioMaps.round_samples`).
     """
     if stage1_rounds < 0:
         raise ValueError(f"stage1_rounds={stage1_rounds}: expected >= 0")
@@ -173,7 +182,8 @@ def build_two_stage_process(
     else:
         factories = {p: model_aggregator for p in phases}
     processes = {
-        p: build_phase_process(config, p, initial, client_optimizer, server_optimizer, factories[p]) for p in phases
+        p: build_phase_process(config, p, initial, client_optimizer, server_optimizer, factories[p], batch_size=batch_size)
+        for p in phases
     }
     return PhasedProcess(
         processes,
@@ -189,11 +199,12 @@ def build_fedsgd_process(
     client_optimizer: tff.learning.optimizers.Optimizer,
     server_optimizer: tff.learning.optimizers.Optimizer,
     model_aggregator: AggregationFactory | None = None,
+    batch_size: int | None = None,
 ) -> PhasedProcess:
     """FedSGD: each client takes one step on its full local gradient; both stages, every round."""
     process = build_phase_process(
         config, Phase.JOINT, initial, client_optimizer, server_optimizer, model_aggregator,
-        local_steps=local_training.LocalSteps.ONE_STEP,
+        local_steps=local_training.LocalSteps.ONE_STEP, batch_size=batch_size,
     )
     return PhasedProcess({Phase.JOINT: process}, lambda r: Phase.JOINT, initial, {Phase.JOINT: as_weighted(model_aggregator)[1]})
 

@@ -1,0 +1,55 @@
+"""The fast local loop (samples gathered into tensors, batched by slicing) against `dataset.reduce`."""
+
+import numpy as np
+import pytest
+
+from tff_radiomap.learning import federated_data, keras_wrap, radiounet_process as rp
+from tff_radiomap.learning.keras_wrap import Phase
+from tff_radiomap.models import radiounet
+
+CONFIG = radiounet.RadioUNetConfig(resolution=32, width=0.25)
+BATCH = 4
+
+
+def _data(seed=0):
+    rng = np.random.default_rng(seed)
+    clients = []
+    for n in (7, 3):
+        x = np.stack([rng.random((n, 32, 32)) < 0.3, rng.random((n, 32, 32)) < 0.002], -1).astype(np.float32)
+        clients.append((x, rng.random((n, 32, 32, 1)).astype(np.float32)))
+    return federated_data.FederatedRadioMaps(clients, clients[0], clients[0], seed=seed)
+
+
+def _run(process, data, rounds):
+    state = process.initialize()
+    for r in range(1, rounds + 1):
+        client_data = data.round_datasets([0, 1], r, BATCH, epochs=2)
+        state, metrics = process.next(state, r, client_data)
+    return process.network_weights(state), metrics
+
+
+@pytest.mark.parametrize("protocol", ["two_stage", "fedsgd"])
+def test_tensor_path_gives_the_dataset_path_weights(tff_runtime, protocol):
+    initial = keras_wrap.initial_weights(CONFIG, seed=3)
+    adam, sgd = rp.build_optimizer("adam", 1e-3), rp.build_optimizer("sgd", 1.0)
+    data = _data()
+    results = {}
+    for batch_size in (None, BATCH):
+        if protocol == "two_stage":
+            process = rp.build_two_stage_process(CONFIG, initial, 1, adam, sgd, batch_size=batch_size)
+        else:
+            process = rp.build_fedsgd_process(CONFIG, initial, adam, sgd, batch_size=batch_size)
+        results[batch_size] = _run(process, data, 2)
+    (w_ref, m_ref), (w_fast, m_fast) = results[None], results[BATCH]
+    assert m_fast["client_work"]["num_examples"] == m_ref["client_work"]["num_examples"] == 20
+    np.testing.assert_allclose(m_fast["client_work"]["train_loss"], m_ref["client_work"]["train_loss"], rtol=1e-5)
+    for got, want in zip(w_fast.stage1 + w_fast.stage2, w_ref.stage1 + w_ref.stage2):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+    moved = [not np.array_equal(a, b) for a, b in zip(w_fast.stage1 + w_fast.stage2, initial.stage1 + initial.stage2)]
+    assert all(moved)
+
+
+def test_bad_batch_size_is_refused():
+    initial = keras_wrap.initial_weights(CONFIG, seed=3)
+    with pytest.raises(ValueError, match="batch_size=0"):
+        rp.build_two_stage_process(CONFIG, initial, 1, rp.build_optimizer("sgd", 0.1), rp.build_optimizer("sgd", 1.0), batch_size=0)
