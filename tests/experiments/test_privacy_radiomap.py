@@ -135,3 +135,31 @@ def test_a_nan_client_update_is_zeroed_counted_and_the_run_goes_on(tff_runtime, 
         loop.close()
     weights = trainer.network_weights(state["trainer_state"])
     assert done == 3 and all(np.all(np.isfinite(w)) for w in weights.stage1 + weights.stage2)
+
+
+def test_overwrite_starts_a_folder_of_another_run_afresh_and_finished_runs_are_read_back(tff_runtime, config, cached_trainers, tmp_path, monkeypatch):
+    monkeypatch.setattr(experiment, "build_trainer", cached_trainers)
+    out = str(tmp_path / "run")
+    experiment.run(dataclasses.replace(config, rounds=2, stage1_rounds=1), out, progress=False, stop_after_round=1)
+    with pytest.raises(experiment.ConfigMismatchError, match="rounds: saved 2, now 3"):
+        experiment.run(config, out, progress=False)
+    summary = experiment.run(config, out, progress=False, overwrite=True)
+    assert [r["round"] for r in _rows(out)] == ["1", "2", "3"] and summary["rounds"] == 3
+
+    def no_training(*args):
+        raise AssertionError("a finished run was trained again")
+
+    monkeypatch.setattr(experiment, "build_trainer", no_training)
+    assert experiment.run(config, out, progress=False) == summary
+
+
+def test_resume_cuts_the_csv_back_to_the_saved_round(tff_runtime, config, cached_trainers, tmp_path, monkeypatch):
+    """A kill between a round's CSV row and its saved state, or in the middle of a row."""
+    monkeypatch.setattr(experiment, "build_trainer", cached_trainers)
+    out = str(tmp_path / "run")
+    experiment.run(config, out, progress=False, stop_after_round=1)
+    with open(os.path.join(out, "metrics.csv"), "a") as f:
+        f.write("2,1,0.5,9\n3,1,0.")  # Round 2's row without its state, round 3's cut short.
+    experiment.run(config, out, progress=False)
+    rows = _rows(out)
+    assert [r["round"] for r in rows] == ["1", "2", "3"] and all(r["val_mse"] not in ("", None) for r in rows)

@@ -83,3 +83,18 @@ def test_a_nan_client_is_dropped_counted_and_the_run_stays_finite(tff_runtime, t
     assert all(np.all(np.isfinite(arrays[k])) for k in arrays.files if k != "meta")
     with pytest.raises(ValueError, match="inject_nan_client='3:0'"):
         rem_runner.RunConfig(rounds=3, inject_nan_client="3:0")
+
+
+def test_overwrite_replaces_a_run_of_another_configuration(tff_runtime, tmp_path):
+    scenario = tiny_scenario()
+    method = remnet_methods.method("epfl_remnet", tiny_config(sync_period=1))
+    run_dir = str(tmp_path / "run")
+    rem_runner.run_experiment(run_dir, scenario, method, rem_runner.RunConfig(rounds=2, eval_every=1), log=lambda m: None)
+    (tmp_path / "run" / "notes.txt").write_text("mine")
+    longer = rem_runner.RunConfig(rounds=3, eval_every=1)
+    with pytest.raises(rem_runner.RunFolderConflict, match="another configuration"):
+        rem_runner.run_experiment(run_dir, scenario, method, longer, log=lambda m: None)
+    final = rem_runner.run_experiment(run_dir, scenario, method, longer, log=lambda m: None, overwrite=True)
+    with open(os.path.join(run_dir, "metrics.csv")) as f:
+        assert [int(r["round"]) for r in csv.DictReader(f)] == [0, 1, 2]
+    assert final["rounds"] == 3 and (tmp_path / "run" / "notes.txt").read_text() == "mine"

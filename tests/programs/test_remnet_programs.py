@@ -19,3 +19,86 @@ def test_bad_flag_exits_2_naming_it(tmp_path, program, flag, expected):
     )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert expected in proc.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# programs.epfl_remnet on a one-map 64x64 set: kill -9 and resume, a dead worker, a NaN client.
+import json  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+
+from tests.programs import processes  # noqa: E402
+from tff_radiomap.learning import rem_runner  # noqa: E402
+from tff_radiomap.data import synthetic  # noqa: E402
+
+ROUNDS = 8
+
+
+@pytest.fixture(scope="module")
+def rem_root(tmp_path_factory):
+    spec = synthetic.DatasetSpec(maps=1, transmitters=4, size=64, seed=2)
+    return synthetic.generate_dataset(str(tmp_path_factory.mktemp("rem")), spec, progress=False)
+
+
+def _args(root, out, *extra):
+    return (
+        f"--data_root={root}", f"--out={out}", f"--rounds={ROUNDS}", "--clients_per_round=4", "--local_epochs=1",
+        "--eval_every=2", "--checkpoint_every=2", *extra,
+    )
+
+
+def _metrics(out):
+    return processes.rows(os.path.join(out, "heavy", "epfl_remnet", "metrics.csv"))
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(rem_root, tmp_path_factory):
+    out = tmp_path_factory.mktemp("straight")
+    done = processes.run("programs.epfl_remnet", *_args(rem_root, out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    return out
+
+
+def test_epfl_remnet_killed_mid_run_then_restarted_ends_like_an_uninterrupted_run(rem_root, uninterrupted, tmp_path):
+    out, run_dir = tmp_path / "out", tmp_path / "out" / "heavy" / "epfl_remnet"
+    killed = processes.start("programs.epfl_remnet", *_args(rem_root, out))
+    processes.wait_for(run_dir / "checkpoint.npz", killed)
+    processes.kill(killed)
+    assert not (run_dir / "final.json").exists()
+
+    done = processes.run("programs.epfl_remnet", *_args(rem_root, out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "resuming after round" in done.stdout
+    assert _metrics(out) == _metrics(uninterrupted)
+    final, straight = (json.load(open(d / "heavy" / "epfl_remnet" / "final.json")) for d in (out, uninterrupted))
+    assert final["per_client_rmse"] == straight["per_client_rmse"]
+
+    other = processes.run("programs.epfl_remnet", *_args(rem_root, out, "--seed=1"))
+    assert other.returncode == 2 and f"--out='{out}'" in other.stderr and "--overwrite" in other.stderr
+
+
+def test_epfl_remnet_survives_its_tff_worker_being_killed(rem_root, uninterrupted, tmp_path):
+    out, log = tmp_path / "out", tmp_path / "stderr.txt"
+    program = processes.start("programs.epfl_remnet", *_args(rem_root, out), stderr_path=log)
+    try:
+        processes.wait_for(out / "heavy" / "epfl_remnet" / "checkpoint.npz", program)
+        workers = processes.worker_pids(program.pid)
+        assert len(workers) == 1, workers
+        os.kill(workers[0], signal.SIGKILL)
+        assert program.wait(timeout=processes.TIMEOUT_S) == 0, log.read_text()[-2000:]
+    finally:
+        if program.poll() is None:
+            processes.kill(program)
+    assert f"the TFF worker (pid {workers[0]}) died" in log.read_text()
+    assert _metrics(out) == _metrics(uninterrupted)
+
+
+def test_epfl_remnet_drops_and_counts_a_nan_client(rem_root, tmp_path):
+    client = rem_runner.select_clients(90, 4, 0, 1)[0]  # Round 1 syncs (R = 2) and selects it.
+    done = processes.run("programs.epfl_remnet", *_args(rem_root, tmp_path, f"--inject_nan_client=1:{client}"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = _metrics(tmp_path)
+    assert [int(r["nonfinite_updates"]) for r in rows] == [0, 1] + [0] * (ROUNDS - 2)
+    assert int(rows[1]["uploads"]) == 3
+    final = json.load(open(tmp_path / "heavy" / "epfl_remnet" / "final.json"))
+    assert all(v == v for v in final["per_client_rmse"])  # No NaN.
