@@ -6,14 +6,17 @@
 What is compared, round by round, alternating, on the same random data (speed does not depend on
 its values): C clients, each with S samples in batches of 64, one local epoch with client Adam 1e-3
 from the global weights, uploads weighted by sample count, server SGD 1.0.
-  - `tff`: one `next` of our learning process (`radiounet_process.build_two_stage_process` with
-    `batch_size`, as the programs run it) on TFF's worker_binary (it runs the clients in parallel);
+  - `tff`: one `next` of our learning process as the programs run it
+    (`radiounet_process.build_two_stage_process` with `batch_size` and `data_by_reference`: the
+    clients' samples are read from files inside the computation) on TFF's worker_binary, which
+    runs the clients in parallel;
   - `plain`: one `tf.function` in this process doing the same round (every client's local loop,
     `local_training.train_epochs_on_tensors`, the weighted mean of the uploads, the server step)
     in one graph, so that TensorFlow also runs the clients in parallel. Same clients, samples,
     batches, steps and arithmetic: both end with the same weights (printed, to float tolerance);
-  - `tff_reduce` (with --reference): the process with the `dataset.reduce` local loop, the path
-    before issue 6.
+  - with --reference, two slower variants of the same process: `tff_datasets`, the samples sent
+    as serialized data sets every round; `tff_reduce`, that and the `dataset.reduce` local loop
+    (the path before issue 6).
 Prints the medians over `rounds` rounds (after one warm-up round each) and the median of the
 per-round ratios tff / plain, with the load average.
 """
@@ -105,19 +108,23 @@ def main(argv):
     adam = radiounet_process.build_optimizer("adam", LEARNING_RATE)
     sgd = radiounet_process.build_optimizer("sgd", 1.0)
     stage1_rounds = 10**6 if phase == Phase.STAGE1 else 0
-    processes = {"tff": radiounet_process.build_two_stage_process(config, initial, stage1_rounds, adam, sgd, batch_size=FLAGS.batch_size)}
+    variants = {"tff": dict(batch_size=FLAGS.batch_size, data_by_reference=True)}
     if FLAGS.reference:
-        processes["tff_reduce"] = radiounet_process.build_two_stage_process(config, initial, stage1_rounds, adam, sgd)
+        variants.update(tff_datasets=dict(batch_size=FLAGS.batch_size), tff_reduce={})
+    processes = {
+        name: radiounet_process.build_two_stage_process(config, initial, stage1_rounds, adam, sgd, **kwargs)
+        for name, kwargs in variants.items()
+    }
     states = {name: p.initialize() for name, p in processes.items()}
     plain = PlainRound(config, phase, initial, FLAGS.clients, FLAGS.batch_size)
 
     seconds = collections.defaultdict(list)
     for round_num in range(1, FLAGS.rounds + 2):
-        datasets = data.round_datasets(clients, round_num, FLAGS.batch_size)
         samples = _samples(data, clients, round_num)
         for name, process in processes.items():
             t0 = time.perf_counter()
-            states[name], _ = process.next(states[name], round_num, datasets)
+            client_data = process.round_data(data, clients, round_num, FLAGS.batch_size)
+            states[name], _ = process.next(states[name], round_num, client_data)
             seconds[name].append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         plain.run(samples)

@@ -18,7 +18,7 @@ import collections
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_radiomap.learning import keras_wrap, local_training
+from tff_radiomap.learning import federated_data, keras_wrap, local_training
 from tff_radiomap.models import radiounet
 
 
@@ -36,6 +36,7 @@ def build_client_work(
     optimizer: tff.learning.optimizers.Optimizer,
     local_steps: local_training.LocalSteps,
     batch_size: int | None = None,
+    data_by_reference: bool = False,
 ) -> tff.learning.templates.ClientWorkProcess:
     """Client work training `phase` of the network `config` with `optimizer`.
 
@@ -44,11 +45,16 @@ def build_client_work(
     are first gathered into two tensors, in the data set's order, and the loop runs over slices of
     `batch_size` rows (`local_training.train_epochs_on_tensors`): the same updates when the data set
     is batched by `batch_size` (it may also be one element holding every sample), several times
-    faster. The data set must then hold at least one sample.
+    faster. The data set must then hold at least one sample. With `data_by_reference` (needs
+    `batch_size`) a client's data is instead a one-element data set naming its sample files and
+    the round's order (`federated_data.reference_spec`), read inside the computation.
     """
     if batch_size is not None and not (isinstance(batch_size, int) and batch_size >= 1):
         raise ValueError(f"batch_size={batch_size!r}: expected None or an integer >= 1")
-    data_type = tff.SequenceType(tff.types.tensorflow_to_type(keras_wrap.batch_spec(config.resolution)))
+    if data_by_reference and batch_size is None:
+        raise ValueError("data_by_reference=True needs a batch_size")
+    spec = federated_data.reference_spec() if data_by_reference else keras_wrap.batch_spec(config.resolution)
+    data_type = tff.SequenceType(tff.types.tensorflow_to_type(spec))
     weights_type = _weights_type(config, phase)
     initial_hparams = optimizer.get_hparams(optimizer.initialize(tf.TensorSpec([], tf.float32)))
 
@@ -57,7 +63,7 @@ def build_client_work(
         return tff.federated_value(initial_hparams, tff.SERVER)
 
     hparams_type = init_fn.type_signature.result.member
-    train = _trainer(local_steps, batch_size)
+    train = _trainer(local_steps, batch_size, config.resolution if data_by_reference else None)
     client_update = _client_update(config, phase, optimizer, train, (hparams_type, weights_type, data_type))
 
     @tff.tensorflow.computation
@@ -97,15 +103,17 @@ def build_client_work(
     )
 
 
-def _trainer(local_steps: local_training.LocalSteps, batch_size: int | None):
+def _trainer(local_steps: local_training.LocalSteps, batch_size: int | None, reference_resolution: int | None):
     """(model, optimizer, optimizer state, client data) -> (optimizer state, loss_sum, count)."""
     if batch_size is None:
         return local_training.TRAINERS[local_steps]
     train_on_tensors = local_training.TENSOR_TRAINERS[local_steps]
 
     def train(model, optimizer, state, dataset):
-        # Every sample in one element (batch() reserves at most 2**16 slots, whatever its size).
-        samples = dataset.unbatch().batch(2**62).get_single_element()
+        if reference_resolution is not None:
+            samples = federated_data.read_samples(dataset.get_single_element(), reference_resolution)
+        else:  # Every sample in one element (batch() reserves at most 2**16 slots, whatever its size).
+            samples = dataset.unbatch().batch(2**62).get_single_element()
         return train_on_tensors(model, optimizer, state, samples["x"], samples["y"], batch_size)
 
     return train

@@ -10,8 +10,12 @@ draws, and the centralised reference sees the same number of samples per round.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import dataclasses
+import os
+import shutil
+import tempfile
 
 import numpy as np
 import tensorflow as tf
@@ -38,6 +42,29 @@ def epoch_order(n: int, seed: int, round_num: int, stream: int, index: int, epoc
 
 def batched(x: np.ndarray, y: np.ndarray, batch_size: int) -> tf.data.Dataset:
     return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(x=x, y=y)).batch(batch_size)
+
+
+# -- Client data by reference ----------------------------------------------------------------------
+# A round can send each client a reference instead of its samples: the paths of two raw float32
+# files holding its x [n,r,r,2] and y [n,r,r,1] (written once, `FederatedRadioMaps.client_files`)
+# and the round's sample order. The TFF computation reads the files (`read_samples`), so a round
+# serializes a few hundred bytes a client instead of its tensors. The worker must see the files:
+# a local worker, or workers sharing the folder.
+def reference_spec() -> collections.OrderedDict:
+    """Element spec of a reference data set (one element)."""
+    return collections.OrderedDict(
+        x_path=tf.TensorSpec([], tf.string), y_path=tf.TensorSpec([], tf.string), order=tf.TensorSpec([None], tf.int64)
+    )
+
+
+def read_samples(reference, resolution: int) -> collections.OrderedDict:
+    """TF: the samples a reference names, in its order: OrderedDict(x [N,r,r,2], y [N,r,r,1])."""
+
+    def read(path, channels):
+        flat = tf.io.decode_raw(tf.io.read_file(path), tf.float32)
+        return tf.gather(tf.reshape(flat, [-1, resolution, resolution, channels]), reference["order"])
+
+    return collections.OrderedDict(x=read(reference["x_path"], 2), y=read(reference["y_path"], 1))
 
 
 @dataclasses.dataclass
@@ -86,6 +113,36 @@ class FederatedRadioMaps:
 
     def round_datasets(self, clients, round_num: int, batch_size: int, epochs: int = 1) -> list:
         return [self.client_dataset(int(k), round_num, batch_size, epochs) for k in clients]
+
+    def client_files(self) -> list[tuple[str, str]]:
+        """(x path, y path) of each client's raw float32 files, written on first call to a
+        temporary folder that is deleted at exit (or by `remove_client_files`)."""
+        if getattr(self, "_files", None) is None:
+            folder = tempfile.mkdtemp(prefix="tff_radiomap_clients_")
+            atexit.register(shutil.rmtree, folder, True)
+            files = []
+            for k, (x, y) in enumerate(self.clients):
+                paths = (os.path.join(folder, f"client{k}_x.f32"), os.path.join(folder, f"client{k}_y.f32"))
+                np.ascontiguousarray(x, np.float32).tofile(paths[0])
+                np.ascontiguousarray(y, np.float32).tofile(paths[1])
+                files.append(paths)
+            self._files = files
+        return self._files
+
+    def remove_client_files(self) -> None:
+        if getattr(self, "_files", None) is not None:
+            shutil.rmtree(os.path.dirname(self._files[0][0]), ignore_errors=True)
+            self._files = None
+
+    def client_reference(self, k: int, round_num: int, epochs: int = 1) -> tf.data.Dataset:
+        """Client k's round as a reference (see `reference_spec`): the samples of `client_dataset`."""
+        x_path, y_path = self.client_files()[k]
+        order = epoch_order(len(self.clients[k][0]), self.seed, round_num, _SHUFFLE, k, epochs)
+        element = collections.OrderedDict(x_path=x_path, y_path=y_path, order=order.astype(np.int64))
+        return tf.data.Dataset.from_tensors(element)
+
+    def round_references(self, clients, round_num: int, epochs: int = 1) -> list:
+        return [self.client_reference(int(k), round_num, epochs) for k in clients]
 
     def pooled_train(self) -> tuple[np.ndarray, np.ndarray]:
         """All clients' samples together (for the centralised reference)."""

@@ -61,13 +61,16 @@ def build_phase_process(
     model_aggregator: AggregationFactory | None = None,
     local_steps: local_training.LocalSteps = local_training.LocalSteps.EPOCHS,
     batch_size: int | None = None,
+    data_by_reference: bool = False,
 ) -> tff.learning.templates.LearningProcess:
     """The learning process of one phase; `initialize()` starts from `initial`.
 
-    `batch_size` None: clients' data are `tf.data.Dataset`s of batches; an integer: tensors of
-    samples in training order, batched inside the computation (`client_work.build_client_work`).
+    `batch_size` None: the local loop iterates over the clients' data sets (`dataset.reduce`); an
+    integer: over slices of their samples gathered into tensors (faster, same updates). With
+    `data_by_reference` clients get `federated_data.FederatedRadioMaps.round_references` instead
+    of data sets (see `client_work.build_client_work`).
     """
-    work = client_work.build_client_work(config, phase, client_optimizer, local_steps, batch_size)
+    work = client_work.build_client_work(config, phase, client_optimizer, local_steps, batch_size, data_by_reference)
     weights_type = work.next.type_signature.parameter[1].member
     start = keras_wrap.to_model_weights(initial, phase)
 
@@ -93,9 +96,8 @@ class PhasedProcess:
 
     State (`initialize`, `next`): OrderedDict(phase=int, learning=the phase process's
     `LearningAlgorithmState`). `next(state, round_num, client_data)` runs round `round_num`
-    (1-based) on the list of client data (data sets, or sample tensors when built with a
-    `batch_size`); its metrics hold `phase` and the phase process's
-    metrics (`client_work`, `aggregator`, `finalizer`, `distributor`). `client_weighting[phase]`
+    (1-based) on the list of client data (`round_data` gives it); its metrics hold `phase` and
+    the phase process's metrics (`client_work`, `aggregator`, `finalizer`, `distributor`). `client_weighting[phase]`
     is 'num_examples' (Eq. (5)) or 'uniform' (an unweighted aggregator).
     """
 
@@ -105,11 +107,19 @@ class PhasedProcess:
         phase_for_round: Callable[[int], Phase],
         initial: NetworkWeights,
         client_weighting: dict[Phase, str],
+        data_by_reference: bool = False,
     ):
         self.processes = processes
         self.phase_for_round = phase_for_round
         self.initial = initial
         self.client_weighting = client_weighting
+        self.data_by_reference = data_by_reference
+
+    def round_data(self, data, clients, round_num: int, batch_size: int, epochs: int = 1) -> list:
+        """The client data `next` takes for `clients` of a `federated_data.FederatedRadioMaps`."""
+        if self.data_by_reference:
+            return data.round_references(clients, round_num, epochs)
+        return data.round_datasets(clients, round_num, batch_size, epochs)
 
     def phase_after_round(self, round_num: int) -> Phase:
         """Phase of the state saved after `round_num` rounds (0: the initial state)."""
@@ -163,13 +173,13 @@ def build_two_stage_process(
     server_optimizer: tff.learning.optimizers.Optimizer,
     model_aggregator: AggregationFactory | Mapping[Phase, AggregationFactory | None] | None = None,
     batch_size: int | None = None,
+    data_by_reference: bool = False,
 ) -> PhasedProcess:
     """No Defense's protocol: stage 1 for rounds 1..`stage1_rounds`, then stage 2 (stage 1 frozen).
 
     `model_aggregator` is one factory for both phases, or {Phase.STAGE1: f1, Phase.STAGE2: f2}
     when the aggregation depends on which stage is uploaded (None: the weighted mean).
-    `batch_size`: see `build_phase_process` (an integer is the fast path; `next` then takes
-    `federated_data.FederatedRadioMaps.round_samples`).
+    `batch_size`, `data_by_reference`: see `build_phase_process`.
     """
     if stage1_rounds < 0:
         raise ValueError(f"stage1_rounds={stage1_rounds}: expected >= 0")
@@ -182,7 +192,7 @@ def build_two_stage_process(
     else:
         factories = {p: model_aggregator for p in phases}
     processes = {
-        p: build_phase_process(config, p, initial, client_optimizer, server_optimizer, factories[p], batch_size=batch_size)
+        p: build_phase_process(config, p, initial, client_optimizer, server_optimizer, factories[p], batch_size=batch_size, data_by_reference=data_by_reference)
         for p in phases
     }
     return PhasedProcess(
@@ -190,6 +200,7 @@ def build_two_stage_process(
         lambda r: Phase.STAGE1 if r <= stage1_rounds else Phase.STAGE2,
         initial,
         {p: as_weighted(factories[p])[1] for p in phases},
+        data_by_reference,
     )
 
 
@@ -200,13 +211,18 @@ def build_fedsgd_process(
     server_optimizer: tff.learning.optimizers.Optimizer,
     model_aggregator: AggregationFactory | None = None,
     batch_size: int | None = None,
+    data_by_reference: bool = False,
 ) -> PhasedProcess:
     """FedSGD: each client takes one step on its full local gradient; both stages, every round."""
     process = build_phase_process(
         config, Phase.JOINT, initial, client_optimizer, server_optimizer, model_aggregator,
         local_steps=local_training.LocalSteps.ONE_STEP, batch_size=batch_size,
+        data_by_reference=data_by_reference,
     )
-    return PhasedProcess({Phase.JOINT: process}, lambda r: Phase.JOINT, initial, {Phase.JOINT: as_weighted(model_aggregator)[1]})
+    return PhasedProcess(
+        {Phase.JOINT: process}, lambda r: Phase.JOINT, initial, {Phase.JOINT: as_weighted(model_aggregator)[1]},
+        data_by_reference,
+    )
 
 
 def build_optimizer(name: str, learning_rate: float) -> tff.learning.optimizers.Optimizer:
