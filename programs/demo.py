@@ -8,7 +8,7 @@ resumes, or only reports if the first one finished.
 
 from absl import app
 
-from programs import privacy_radiomap
+from programs import common, privacy_radiomap
 
 if __name__ == "__main__":
-    app.run(privacy_radiomap.main)
+    app.run(privacy_radiomap.main, flags_parser=common.parse_flags)

@@ -1,0 +1,53 @@
+"""Runs one program's main() on many argument lists in one process, stopping before any training.
+
+    python -m tests.programs.flag_harness PROGRAM '[["--flag=v", ...], ...]'
+
+prints a JSON list of {"code": exit code, 0, or "started", "stderr": ...}, one per argument list.
+"started" means that every check passed and the program reached the TFF runtime (or, for
+make_dataset, the generator): both are replaced here by a stop. Program flags can be defined
+once per process (absl), hence one process per program.
+"""
+
+import contextlib
+import importlib
+import io
+import json
+import sys
+
+from absl import flags
+
+
+class Started(Exception):
+    pass
+
+
+def _stop(*args, **kwargs):
+    raise Started()
+
+
+def main(program: str, cases: list[list[str]]) -> list[dict]:
+    module = importlib.import_module(f"programs.{program}")
+    import tff_radiomap.runtime
+    from programs import common
+    from tff_radiomap.data import synthetic
+
+    tff_radiomap.runtime.install_local_context = _stop
+    synthetic.generate_dataset = _stop
+    results = []
+    for args in cases:
+        flags.FLAGS.unparse_flags()
+        err = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(err):
+                module.main(common.parse_flags([program, *args]))
+            code = 0
+        except Started:
+            code = "started"
+        except SystemExit as exc:
+            code = exc.code
+        results.append({"code": code, "stderr": err.getvalue()})
+    return results
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(sys.argv[1], json.loads(sys.argv[2]))))

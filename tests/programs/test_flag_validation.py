@@ -1,0 +1,178 @@
+"""Every program checks every flag at start-up: exit 2 and one line naming the flag, the value and
+what was expected. The checks run in-process (tests/programs/flag_harness.py, one process per
+program); a few go through the real command line elsewhere (test_privacy_radiomap.py,
+test_make_dataset.py, test_remnet_programs.py) and here (corrupt data files)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.programs import processes
+from tff_radiomap.data import synthetic
+
+MISSING = "/nonexistent/tff_radiomap_data"
+
+
+@pytest.fixture(scope="module")
+def roots(tmp_path_factory):
+    base = tmp_path_factory.mktemp("flags")
+    spec = synthetic.DatasetSpec(maps=3, transmitters=4, size=64, seed=1)
+    good = synthetic.generate_dataset(str(base / "good"), spec, progress=False)
+    corrupt = synthetic.generate_dataset(str(base / "corrupt"), spec, progress=False)
+    with open(os.path.join(corrupt, "gain", "DPM", "0_1.png"), "wb") as f:
+        f.write(b"not a png")
+    os.makedirs(base / "flat")
+    blocker = base / "file"
+    blocker.write_text("x")
+    return {"good": good, "corrupt": corrupt, "flat": str(base / "flat"), "unwritable": str(blocker / "out"), "out": str(base / "out")}
+
+
+# (program, arguments, what stderr must hold). {good}, {flat}, {unwritable}, {out} are filled in.
+CASES = {
+    "privacy_radiomap": [
+        (["--clients=4", "--clients_per_round=5"], "--clients_per_round=5: expected an integer in 1..4"),
+        (["--noise_multiplier=-1"], "--noise_multiplier=-1.0: expected a non-negative number"),
+        (["--clip_norm=-0.5"], "--clip_norm=-0.5: expected a positive number"),
+        (["--clip_norm=nan"], "--clip_norm=nan: expected a positive number"),
+        (["--sigma_min=-1"], "--sigma_min=-1.0: expected a non-negative number"),
+        (["--defense=bogus"], "--defense='bogus': expected one of"),
+        (["--centralised", "--defense=uniform"], "--defense='uniform': expected 'none' with --centralised"),
+        (["--rounds=0"], "--rounds=0: expected an integer >= 1"),
+        (["--rounds=4", "--stage1_rounds=5"], "--stage1_rounds=5: expected an integer in 0..4"),
+        (["--resolution=36"], "--resolution=36: expected a multiple of"),
+        (["--width=0"], "--width=0.0: expected a positive multiplier"),
+        (["--batch_size=0"], "--batch_size=0: expected an integer >= 1"),
+        (["--local_epochs=0"], "--local_epochs=0: expected an integer >= 1"),
+        (["--attack_every=-1"], "--attack_every=-1: expected an integer >= 0"),
+        (["--attack_train_traces=5"], "--attack_train_traces=5: expected an integer >= 10"),
+        (["--client_learning_rate=0"], "--client_learning_rate=0.0: expected a positive number"),
+        (["--server_learning_rate=-1"], "--server_learning_rate=-1.0: expected a positive number"),
+        (["--seed=-1"], "--seed=-1: expected an integer >= 0"),
+        (["--inject_nan_client=99:0"], "--inject_nan_client='99:0': expected ROUND:CLIENT"),
+        (["--rounds=abc"], "--rounds=abc: invalid literal for int()"),
+        (["--data_root=" + MISSING], f"--data_root='{MISSING}': expected an existing folder"),
+        (["--data_root={flat}"], "expected a folder in the RadioMapSeer layout; it lacks png/buildings_complete/"),
+        (["--output_dir={unwritable}"], "--output_dir='{unwritable}': cannot create the folder"),
+        (["extra"], "unexpected positional arguments ['extra']"),
+    ],
+    "privacy_table": [
+        (["--methods=none,bogus"], "--methods='bogus': expected names from"),
+        (["--seeds=a"], "--seeds='a': expected comma-separated non-negative integers"),
+        (["--rounds=0"], "--rounds=0: expected an integer >= 1"),
+        (["--attack_every=0"], "--attack_every=0: expected an integer >= 1"),
+        (["--clip_norm=0"], "--clip_norm=0.0: expected a positive number"),
+        (["--noise_multiplier=-2"], "--noise_multiplier=-2.0: expected a non-negative number"),
+        (["--server_optimizer=lbfgs"], "--server_optimizer=lbfgs"),
+        (["--data_root={flat}"], "it lacks png/buildings_complete/"),
+        (["--output_dir={unwritable}"], "cannot create the folder"),
+    ],
+    "epfl_remnet": [
+        (["--k_fraction=1.5"], "--k_fraction=1.5: expected a fraction in (0, 1]"),
+        (["--k_fraction=-0.1"], "--k_fraction=-0.1: expected a fraction in (0, 1]"),
+        (["--bits=1"], "--bits=1: expected 2..16"),
+        (["--bits=17"], "--bits=17: expected 2..16"),
+        (["--clients_per_round=91"], "--clients_per_round=91: expected an integer in 1..90"),
+        (["--method=bogus"], "--method='bogus': expected one of"),
+        (["--scenario=bogus"], "--scenario='bogus': expected one of"),
+        (["--sync_period=0"], "--sync_period=0: expected an integer >= 1"),
+        (["--ema_decay=1"], "--ema_decay=1.0: expected a decay in [0, 1)"),
+        (["--head=bogus"], "--head='bogus': expected linear or mlp"),
+        (["--rounds=0"], "--rounds=0: expected an integer >= 1"),
+        (["--client_lr=0"], "--client_lr=0.0: expected a positive learning rate"),
+        (["--checkpoint_every=0"], "--checkpoint_every=0: expected an integer >= 1"),
+        (["--rounds=8", "--inject_nan_client=8:0"], "--inject_nan_client='8:0': expected ROUND:CLIENT with ROUND in 0..7"),
+        (["--map_id=-1"], "--map_id=-1: expected an integer >= 0"),
+        (["--map_id=7"], "--data_root="),  # No map 7 in the set: the missing file is named.
+        (["--data_root=" + MISSING], f"--data_root='{MISSING}': expected an existing folder"),
+        (["--data_root={flat}"], "it lacks png/buildings_complete/"),
+        (["--out={unwritable}"], "--out='{unwritable}': cannot create the folder"),
+    ],
+    "remnet_tables": [
+        (["--pareto_k=0"], "--pareto_k='0': expected fractions in (0, 1]"),
+        (["--pareto_k=1.5"], "--pareto_k='1.5': expected fractions in (0, 1]"),
+        (["--pareto_k=x"], "--pareto_k='x': expected comma-separated numbers"),
+        (["--pareto_r=0"], "--pareto_r='0': expected comma-separated integers >= 1"),
+        (["--scenarios=light,bogus"], "--scenarios='light,bogus': expected a subset of"),
+        (["--clients_per_round=0"], "--clients_per_round=0: expected an integer in 1..90"),
+        (["--rounds=0"], "--rounds=0: expected an integer >= 1"),
+        (["--eval_every=0"], "--eval_every=0: expected an integer >= 1"),
+        (["--data_root={flat}"], "it lacks png/buildings_complete/"),
+        (["--out={unwritable}"], "cannot create the folder"),
+    ],
+    "make_dataset": [
+        (["--maps=0"], "--maps=0: expected an integer >= 1"),
+        (["--size=8"], "--size=8: expected an integer in 32..4096"),
+        (["--simulation=a/b"], "--simulation='a/b': expected a folder name"),
+        (["--seed=-1"], "--seed=-1: expected an integer >= 0"),
+        (["--workers=0"], "--workers=0: expected an integer >= 1"),
+        (["--out={unwritable}"], "--out='{unwritable}': cannot create the folder"),
+    ],
+}
+# Each program's flags that make a run start (so that every case changes only one thing).
+BASE = {
+    "privacy_radiomap": ["--data_root={good}", "--output_dir={out}/p", "--resolution=32", "--clients=4", "--clients_per_round=2", "--rounds=4"],
+    "privacy_table": ["--data_root={good}", "--output_dir={out}/t", "--rounds=4"],
+    "epfl_remnet": ["--data_root={good}", "--out={out}/e", "--rounds=8"],
+    "remnet_tables": ["--data_root={good}", "--out={out}/r", "--rounds=4"],
+    "make_dataset": ["--out={out}/d", "--maps=1", "--size=32"],
+}
+
+
+@pytest.fixture(scope="module")
+def outcomes(roots):
+    """program -> [outcome of BASE alone, then of each case], from one harness process a program."""
+    results = {}
+    for program, cases in CASES.items():
+        arg_lists = [BASE[program]] + [BASE[program] + args for args, _ in cases]
+        arg_lists = [[a.format(**roots) for a in args] for args in arg_lists]
+        proc = subprocess.run(
+            [sys.executable, "-m", "tests.programs.flag_harness", program, json.dumps(arg_lists)],
+            cwd=processes.ROOT, capture_output=True, text=True, timeout=processes.TIMEOUT_S,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        results[program] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return results
+
+
+@pytest.mark.parametrize("program", sorted(CASES))
+def test_valid_flags_reach_the_run(outcomes, program):
+    assert outcomes[program][0]["code"] == "started", outcomes[program][0]["stderr"][-2000:]
+
+
+@pytest.mark.parametrize("program, index", [(p, i) for p in sorted(CASES) for i in range(len(CASES[p]))])
+def test_a_bad_flag_exits_2_with_one_line_naming_it(outcomes, roots, program, index):
+    args, message = CASES[program][index]
+    outcome = outcomes[program][index + 1]
+    lines = [line for line in outcome["stderr"].splitlines() if line.startswith("error: ")]
+    assert outcome["code"] == 2, (args, outcome)
+    assert len(lines) == 1 and message.format(**roots) in lines[0], (args, outcome["stderr"][-2000:])
+
+
+def test_a_corrupt_data_file_is_named_without_a_traceback(roots, tmp_path):
+    bad = os.path.join(roots["corrupt"], "gain", "DPM", "0_1.png")
+    r = processes.run(
+        "programs.privacy_radiomap", f"--data_root={roots['corrupt']}", f"--output_dir={tmp_path}", "--resolution=32",
+        "--clients=2", "--clients_per_round=1", "--rounds=1", "--noprogress",
+    )
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert f"cannot read PNG {bad}" in r.stderr and "Traceback" not in r.stderr
+    assert not os.path.exists(tmp_path / "config.json")  # A failed start leaves no run behind.
+
+
+def test_a_corrupt_gain_file_is_named_by_epfl_remnet(outcomes_corrupt_rem):
+    assert outcomes_corrupt_rem["code"] == 2 and "cannot read PNG" in outcomes_corrupt_rem["stderr"]
+    assert "0_1.png" in outcomes_corrupt_rem["stderr"] and "Traceback" not in outcomes_corrupt_rem["stderr"]
+
+
+@pytest.fixture(scope="module")
+def outcomes_corrupt_rem(roots):
+    args = [f"--data_root={roots['corrupt']}", f"--out={roots['out']}/ec"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.programs.flag_harness", "epfl_remnet", json.dumps([args])],
+        cwd=processes.ROOT, capture_output=True, text=True, timeout=processes.TIMEOUT_S,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])[0]
