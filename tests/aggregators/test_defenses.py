@@ -211,3 +211,53 @@ def test_every_factory_runs_inside_tff_fed_avg(tff_runtime, name, weighted):
     assert agg["budget_spent"] == pytest.approx(expected_budget, rel=1e-5, abs=1e-9)
     weights = process.get_model_weights(state).trainable
     assert all(np.all(np.isfinite(w)) for w in weights)
+
+
+def _factories(clip_norm, noise_multiplier):
+    groups = _groups()
+    return {
+        "clip": ClipOnlyFactory(clip_norm, groups=groups),
+        "uniform": UniformNoiseFactory(clip_norm, noise_multiplier, groups=groups, seed=2),
+        "directed": DirectedNoiseFactory(clip_norm, noise_multiplier, groups=groups, seed=2),
+        "adaptive": AdaptiveGroupNoiseFactory(clip_norm, noise_multiplier, groups=groups, seed=2),
+        "adaptive_floor": AdaptiveGroupNoiseFactory(clip_norm, noise_multiplier, groups=groups, sigma_min=0.05, seed=2),
+    }
+
+
+@pytest.mark.parametrize("name", ["clip", "uniform", "directed", "adaptive", "adaptive_floor"])
+def test_clipping_never_leaves_a_norm_above_c(name):
+    """Eq. (17) for every factory, over 300 random updates whose norms span 1e-6 .. 1e7 x C."""
+    c = 0.7
+    factory = _factories(c, 3.0)[name]
+    rng = np.random.default_rng(123)
+    for i in range(300):
+        scale = 10.0 ** rng.uniform(-7, 6)
+        value = [tf.constant((scale * rng.standard_t(3, size=s)).astype(np.float32)) for s in SHAPES]
+        clipped, norm = factory._clip(value)
+        before = np.sqrt(sum(np.sum(v.numpy().astype(np.float64) ** 2) for v in value))
+        after = np.sqrt(sum(np.sum(np.asarray(t, np.float64) ** 2) for t in clipped))
+        assert after <= c * (1 + 1e-5), f"update {i}: norm {before:.3g} clipped to {after:.9g} > C = {c}"
+        assert float(norm) == pytest.approx(before, rel=1e-4)
+        if before <= c * (1 - 1e-5):  # An update already within C is left as it is.
+            for t, v in zip(clipped, value):
+                np.testing.assert_allclose(t, v, rtol=1e-5, atol=1e-30)
+        else:
+            assert after == pytest.approx(c, rel=1e-5)
+
+
+def test_adaptive_floor_noise_variance_per_group(tff_runtime):
+    """With sigma_min, every group's empirical variance matches the sigma_g the factory reports
+    (chi-square at a fixed seed), each sigma_g >= sigma_min, and the budget is spent exactly."""
+    groups = _groups()
+    eta = allocator_net.init_params(3, groups.sizes, seed=7, init="uniform")
+    eta["w2"] = np.random.default_rng(7).normal(size=eta["w2"].shape).astype(np.float32)
+    factory = AdaptiveGroupNoiseFactory(clip_norm=0.5, noise_multiplier=3.0, groups=groups, sigma_min=0.8, eta=eta, seed=13)
+    value = _value()
+    out = _run_once(factory, value, weighted=True)
+    clipped, _ = _clip(value, 0.5)
+    m = out.measurements["defense"]
+    sigma = np.asarray(m["sigma"])
+    assert np.all(sigma >= 0.8 - 1e-6) and np.ptp(sigma) > 0.1  # The floor binds, the split is not uniform.
+    for noise, sg in zip(_noise_by_group(out.result, clipped, groups), sigma):
+        _assert_variance(noise, sg)
+    assert m["budget_spent"] == pytest.approx(groups.num_coordinates * 1.5**2, rel=1e-5)

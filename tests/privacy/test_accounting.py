@@ -1,4 +1,5 @@
 import dp_accounting
+import numpy as np
 import pytest
 from tensorflow_privacy.privacy.analysis import compute_dp_sgd_privacy_lib as tfp_lib
 
@@ -50,3 +51,36 @@ def test_no_guarantee_is_reported_as_none():
     assert acc.summary()["max_epsilon"] is None
     with pytest.raises(ValueError, match="delta=2"):
         accounting.PerClientAccountant(delta=2)
+
+
+@pytest.mark.parametrize(
+    "name, multiplier",
+    [("uniform", 3.0), ("adaptive_floor", 0.9 / 0.5), ("clip", None), ("directed", None), ("adaptive", None)],
+)
+def test_each_factory_event_gives_the_epsilon_of_dp_accounting_directly(name, multiplier):
+    """What the factories claim per upload, composed by our accountant over uneven participation,
+    equals dp_accounting's RDP accountant on the Gaussian mechanism they are (or None)."""
+    from tff_radiomap.aggregators import AdaptiveGroupNoiseFactory, ClipOnlyFactory, DirectedNoiseFactory, UniformNoiseFactory
+    from tff_radiomap.privacy.groups import ParameterGroups
+
+    groups = ParameterGroups(("sensitive", "rest"), (True, False), (np.array([0, 0, 1, 1], np.int32),))
+    factory = {
+        "uniform": lambda: UniformNoiseFactory(0.5, 3.0, groups=groups),
+        "adaptive_floor": lambda: AdaptiveGroupNoiseFactory(0.5, 3.0, groups=groups, sigma_min=0.9),
+        "clip": lambda: ClipOnlyFactory(0.5, groups=groups),
+        "directed": lambda: DirectedNoiseFactory(0.5, 3.0, groups=groups),
+        "adaptive": lambda: AdaptiveGroupNoiseFactory(0.5, 3.0, groups=groups),
+    }[name]()
+    event = getattr(factory, "dp_event", lambda: None)()
+    acc = accounting.PerClientAccountant(delta=1e-5)
+    for r in range(12):
+        acc.record_round([0, 1] if r % 3 == 0 else [0], event)
+    if multiplier is None:
+        assert event is None and acc.epsilon(0) is None
+        return
+    assert event == dp_accounting.GaussianDpEvent(pytest.approx(multiplier))
+    for client, uploads in ((0, 12), (1, 4)):
+        direct = dp_accounting.rdp.RdpAccountant(accounting.DEFAULT_ORDERS).compose(
+            dp_accounting.GaussianDpEvent(multiplier), uploads
+        ).get_epsilon(1e-5)
+        assert acc.epsilon(client) == pytest.approx(direct, rel=1e-9)
