@@ -7,7 +7,8 @@ Data: the built-in synthetic REM set (four base stations, one per quadrant; gene
 the cache), or --data_root, any RadioMapSeer-layout folder whose transmitters 0..3 of map
 --map_id are the four base stations. Writes metrics per round (CSV and TensorBoard), checkpoints
 and final.json under --out/{scenario}/{method}; rerunning with the same flags resumes a killed
-run after its last checkpoint, and different flags for an existing folder are refused.
+run after its last checkpoint (--checkpoint_every), and different flags for an existing folder are
+refused unless --overwrite. --inject_nan_client is a test hook (a client with NaN inputs).
 --k_fraction=0 disables Top-K (and error feedback), --bits=0 quantization, --ema_decay=0 the EMA.
 """
 
