@@ -34,9 +34,9 @@ def cached_trainers():
     cache = {}
     build = experiment.build_trainer
 
-    def cached(config, data):
+    def cached(config, data, **kwargs):
         if config not in cache:
-            cache[config] = build(config, data)
+            cache[config] = build(config, data, **kwargs)
         return cache[config]
 
     return cached

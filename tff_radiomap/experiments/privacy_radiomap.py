@@ -172,8 +172,13 @@ for _name, _text in (
 
 
 # ---------------------------------------------------------------------------------------------
-def build_trainer(config: ExperimentConfig, data: federated_data.FederatedRadioMaps):
-    """The `PhasedProcess` (federated) or `CentralisedReference` that `config` describes."""
+def build_trainer(config: ExperimentConfig, data: federated_data.FederatedRadioMaps, data_by_reference: bool = True):
+    """The `PhasedProcess` (federated) or `CentralisedReference` that `config` describes.
+
+    Federated clients train with the tensor local loop; with `data_by_reference` (TFF workers that
+    see this machine's temporary folder) they read their samples from files, else each round sends
+    them. Both give the same results; the NaN test hook needs the data sent.
+    """
     model_config = config.model_config()
     initial = keras_wrap.initial_weights(model_config, config.seed)
     client_opt = radiounet_process.build_optimizer(config.client_optimizer, config.client_learning_rate)
@@ -183,12 +188,13 @@ def build_trainer(config: ExperimentConfig, data: federated_data.FederatedRadioM
         )
     server_opt = radiounet_process.build_optimizer(config.server_optimizer, config.server_learning_rate)
     defense = DEFENSES[config.defense]
+    data_path = dict(batch_size=config.batch_size, data_by_reference=data_by_reference and not config.nan_injection())
     if defense.protocol == "fedsgd":
         aggregator = defense.model_aggregator(config, Phase.JOINT)
-        return radiounet_process.build_fedsgd_process(model_config, initial, client_opt, server_opt, aggregator)
+        return radiounet_process.build_fedsgd_process(model_config, initial, client_opt, server_opt, aggregator, **data_path)
     aggregators = {phase: defense.model_aggregator(config, phase) for phase in (Phase.STAGE1, Phase.STAGE2)}
     return radiounet_process.build_two_stage_process(
-        model_config, initial, config.stage1_rounds, client_opt, server_opt, aggregators
+        model_config, initial, config.stage1_rounds, client_opt, server_opt, aggregators, **data_path
     )
 
 
@@ -252,6 +258,7 @@ def run(
     progress: bool = True,
     stop_after_round: int | None = None,
     overwrite: bool = False,
+    data_by_reference: bool = True,
 ) -> dict:
     """Trains `config` into `output_dir`, resuming from its program state; returns the summary.
 
@@ -260,7 +267,8 @@ def run(
     is then not written and the returned dict holds 'stopped_after_round'. A finished run (its
     summary.json written) is not redone: its summary is returned. A folder holding a run of another
     configuration raises `ConfigMismatchError`, unless `overwrite`: then the run's files
-    (`RUN_FILES`, nothing else) are deleted first and it starts afresh.
+    (`RUN_FILES`, nothing else) are deleted first and it starts afresh. `data_by_reference`: see
+    `build_trainer` (False for TFF workers on other machines).
     """
     os.makedirs(output_dir, exist_ok=True)
     if overwrite:
@@ -272,7 +280,7 @@ def run(
             return json.load(f)
     started = time.monotonic()
     data = load_data(config)
-    trainer = build_trainer(config, data)
+    trainer = build_trainer(config, data, data_by_reference=data_by_reference)
     evaluator = reconstruction.Evaluator(config.model_config(), *data.val)
     hooks = _privacy_hooks(config)
     if not config_saved:  # Only once the data loaded and the trainer built: a failed start leaves no config.
@@ -302,6 +310,7 @@ def run(
         bar.close()
     finally:
         loop.close()
+        data.remove_client_files()
 
     summary = _summary(config, program_state, wall_seconds=time.monotonic() - started)
     run_folder.write_json(summary_path, summary)
@@ -341,7 +350,7 @@ def _train_round(config, data, trainer, evaluator, program_state, round_num: int
         num_samples = int(data.client_sizes()[clients].sum()) * config.local_epochs
         state, metrics = trainer.next(state, round_num, num_samples)
     else:
-        datasets = data.round_datasets(clients, round_num, config.batch_size, config.local_epochs)
+        datasets = trainer.round_data(data, clients, round_num, config.batch_size, config.local_epochs)
         datasets = _inject_nan(config, round_num, clients, datasets)
         state, metrics = trainer.next(state, round_num, datasets)
         if hooks is not None:
