@@ -146,6 +146,8 @@ def main(argv):
         common.refuse_other_run("output_dir", output_dir, exc)
     except radiomapseer.DataLayoutError as exc:
         common.fail(f"--data_root={config.data_root!r}: {exc}")
+    except experiment.DataTooSmallError as exc:
+        common.fail(str(exc))
     logging.info("summary: %s", json.dumps(summary))
     print(json.dumps(summary, indent=2))
     print(f"results: {os.path.abspath(output_dir)} (metrics.csv, summary.json, config.json, tensorboard/)")

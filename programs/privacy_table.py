@@ -86,6 +86,8 @@ def main(argv):
         common.refuse_other_run("output_dir", FLAGS.output_dir, exc)
     except radiomapseer.DataLayoutError as exc:
         common.fail(f"--data_root={root!r}: {exc}")
+    except experiment.DataTooSmallError as exc:
+        common.fail(str(exc))
     print(open(result["table_md"]).read())
     print(json.dumps({"table": result["table_md"], "figure": result["figure"]}, indent=2))
 

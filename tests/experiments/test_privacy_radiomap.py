@@ -163,3 +163,14 @@ def test_resume_cuts_the_csv_back_to_the_saved_round(tff_runtime, config, cached
     experiment.run(config, out, progress=False)
     rows = _rows(out)
     assert [r["round"] for r in rows] == ["1", "2", "3"] and all(r["val_mse"] not in ("", None) for r in rows)
+
+
+def test_an_attack_larger_than_the_data_is_refused_before_training(config, tmp_path, monkeypatch):
+    def no_training(*args, **kwargs):
+        raise AssertionError("the trainer was built")
+
+    monkeypatch.setattr(experiment, "build_trainer", no_training)
+    big = dataclasses.replace(config, defense="uniform", attack_every=1, attack_train_traces=500, attack_test_traces=10)
+    with pytest.raises(experiment.DataTooSmallError, match="--attack_train_traces=500 --attack_test_traces=10: expected together at most the 18 samples"):
+        experiment.run(big, str(tmp_path / "run"), progress=False)
+    assert not os.path.exists(tmp_path / "run" / "config.json")

@@ -223,6 +223,10 @@ class ConfigMismatchError(run_folder.RunFolderConflict):
     """`output_dir` holds a run with another configuration."""
 
 
+class DataTooSmallError(ValueError):
+    """The data set cannot serve the configuration (e.g. fewer samples than the attack needs)."""
+
+
 RUN_FILES = ("config.json", "metrics.csv", "summary.json", "program_state", "tensorboard")
 
 
@@ -280,9 +284,9 @@ def run(
             return json.load(f)
     started = time.monotonic()
     data = load_data(config)
+    hooks = _privacy_hooks(config)  # Before the (slow) trainer: it checks the data can serve the attack.
     trainer = build_trainer(config, data, data_by_reference=data_by_reference)
     evaluator = reconstruction.Evaluator(config.model_config(), *data.val)
-    hooks = _privacy_hooks(config)
     if not config_saved:  # Only once the data loaded and the trainer built: a failed start leaves no config.
         _write_config(config, output_dir)
 
@@ -326,7 +330,14 @@ def _privacy_hooks(config: ExperimentConfig):
     defense = DEFENSES[config.defense]
     phases = (Phase.JOINT,) if defense.protocol == "fedsgd" else (Phase.STAGE1, Phase.STAGE2)
     factories = {p: defense.model_aggregator(config, p) for p in phases}
-    return privacy_defenses.PrivacyHooks(config, privacy_defenses.attacker_pool(data, split.train), factories)
+    pool = privacy_defenses.attacker_pool(data, split.train)
+    need = config.attack_train_traces + config.attack_test_traces
+    if config.attack_every and len(pool["x"]) < need:
+        raise DataTooSmallError(
+            f"--attack_train_traces={config.attack_train_traces} --attack_test_traces={config.attack_test_traces}: "
+            f"expected together at most the {len(pool['x'])} samples of the training maps of {config.data_root}"
+        )
+    return privacy_defenses.PrivacyHooks(config, pool, factories)
 
 
 def _train_round(config, data, trainer, evaluator, program_state, round_num: int, hooks=None) -> collections.OrderedDict:
