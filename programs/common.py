@@ -80,3 +80,34 @@ def supervised(fn, runtime):
         return supervision.run_with_restarts(fn, runtime)
     except supervision.WorkerLost as exc:
         fail(f"{exc}. The results of every finished round are saved; run the same command again to resume.", code=1)
+
+
+def worker_addresses(spec: str, flag: str = "workers") -> list[str]:
+    """The 'host:port,...' of --workers as a list ([] when empty); exit 2 naming a bad entry."""
+    if not spec:
+        return []
+    from tff_radiomap.runtime import workers
+
+    try:
+        return workers.parse_addresses(spec)
+    except ValueError as exc:
+        fail(f"--{flag}={spec!r}: {exc}")
+
+
+def run_federated(fn, addresses: list[str], flag: str = "workers"):
+    """`fn()` on a local TFF worker this program starts and stops (restarted if it dies), or, with
+    `addresses`, with each round's clients split across those TFF workers (started elsewhere with
+    `python -m programs.start_worker`; not restarted here). Exit 1 if one does not answer."""
+    from tff_radiomap import runtime
+
+    if not addresses:
+        return supervised(fn, runtime.install_local_context())
+    context = runtime.remote_execution_context(addresses)
+    try:
+        context.__enter__()
+    except (TimeoutError, RuntimeError) as exc:
+        fail(f"--{flag}={','.join(addresses)!r}: {exc}", code=1)
+    try:
+        return fn()
+    finally:
+        context.__exit__(None, None, None)

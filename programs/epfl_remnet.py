@@ -22,7 +22,6 @@ from absl import app, flags
 # builds graph tensors (TF 2.14) and model construction fails.
 from baselines import remnet_methods
 from programs import common
-from tff_radiomap import runtime
 from tff_radiomap.data import rem_points
 from tff_radiomap.data.radiomapseer import DataLayoutError
 from tff_radiomap.learning import rem_runner
@@ -48,6 +47,7 @@ flags.DEFINE_integer("map_id", 0, "Map of --data_root whose transmitters 0..3 ar
 flags.DEFINE_integer("eval_every", 5, "Evaluate every this many rounds (and after the last).")
 flags.DEFINE_integer("checkpoint_every", 5, "Save server and client states every this many rounds (and after the last); a killed run resumes from there.")
 flags.DEFINE_string("out", "runs/epfl_remnet", "Output folder.")
+flags.DEFINE_string("workers", "", "host:port,... of TFF workers (python -m programs.start_worker) to split each round's clients across; default: one local worker.")
 flags.DEFINE_bool("overwrite", False, "Delete the results already in --out/{scenario}/{method} (of any configuration) and start afresh.")
 flags.DEFINE_string("inject_nan_client", "", "Test hook: ROUND:CLIENT (0-based, as in metrics.csv) gives client CLIENT NaN inputs in round ROUND; its round must be dropped and counted in nonfinite_updates.")
 
@@ -74,6 +74,7 @@ def validate() -> None:
         len(injection) == 2 and all(p.isdigit() for p in injection) and int(injection[0]) < FLAGS.rounds and int(injection[1]) < 90,
         "inject_nan_client", FLAGS.inject_nan_client, f"ROUND:CLIENT with ROUND in 0..{FLAGS.rounds - 1} and CLIENT in 0..89",
     )
+    common.worker_addresses(FLAGS.workers)
     common.data_root(FLAGS.data_root)
     common.require_writable_dir(FLAGS.out, "out")
 
@@ -114,7 +115,7 @@ def main(argv):
         return rem_runner.run_experiment(run_dir, scenario, method, run, overwrite=clear)
 
     try:
-        final = common.supervised(train, runtime.install_local_context())
+        final = common.run_federated(train, common.worker_addresses(FLAGS.workers))
     except rem_runner.RunFolderConflict as exc:
         common.refuse_other_run("out", FLAGS.out, exc)
     summary = {k: v for k, v in final.items() if k != "per_client_rmse"}

@@ -48,6 +48,7 @@ flags.DEFINE_integer("attack_test_traces", _DEFAULTS.attack_test_traces, "Held-o
 flags.DEFINE_bool("centralised", False, "Train the centralised reference (same model and sample passes, no federation).")
 flags.DEFINE_string("output_dir", None, "Results folder; default runs/privacy_radiomap/<defense>_s<seed>.")
 flags.DEFINE_bool("progress", True, "Show a progress bar.")
+flags.DEFINE_string("workers", "", "host:port,... of TFF workers (python -m programs.start_worker) to split each round's clients across; default: one local worker.")
 flags.DEFINE_bool("overwrite", False, "Delete the results already in --output_dir (of any configuration) and start afresh.")
 flags.DEFINE_string("inject_nan_client", "", "Test hook: ROUND:CLIENT gives client CLIENT NaN inputs in round ROUND; its update must be zeroed and counted in nonfinite_updates.")
 
@@ -77,6 +78,8 @@ def validate() -> None:
     common.require(math.isfinite(FLAGS.client_learning_rate) and FLAGS.client_learning_rate > 0, "client_learning_rate", FLAGS.client_learning_rate, "a positive number")
     common.require(math.isfinite(FLAGS.server_learning_rate) and FLAGS.server_learning_rate > 0, "server_learning_rate", FLAGS.server_learning_rate, "a positive number")
     common.require(FLAGS.seed >= 0, "seed", FLAGS.seed, "an integer >= 0")
+    common.require(not (FLAGS.workers and FLAGS.centralised), "workers", FLAGS.workers, "'' with --centralised (no TFF)")
+    common.worker_addresses(FLAGS.workers)
     injection = FLAGS.inject_nan_client.split(":") if FLAGS.inject_nan_client else ["1", "0"]
     common.require(
         len(injection) == 2 and all(p.isdigit() for p in injection) and 1 <= int(injection[0]) <= FLAGS.rounds and int(injection[1]) < FLAGS.clients,
@@ -131,17 +134,20 @@ def main(argv):
     from tff_radiomap.data import radiomapseer
 
     overwrite = FLAGS.overwrite
+    addresses = common.worker_addresses(FLAGS.workers)
+    # Workers on other machines cannot read this one's temporary files: the samples are sent.
+    by_reference = runtime.all_on_this_host(addresses)
 
     def run():
         nonlocal overwrite
         clear, overwrite = overwrite, False  # Once: a resume after a worker restart keeps the saved rounds.
-        return experiment.run(config, output_dir, progress=FLAGS.progress, overwrite=clear)
+        return experiment.run(config, output_dir, progress=FLAGS.progress, overwrite=clear, data_by_reference=by_reference)
 
     try:
         if config.centralised:
             summary = run()
         else:
-            summary = common.supervised(run, runtime.install_local_context())
+            summary = common.run_federated(run, addresses)
     except experiment.ConfigMismatchError as exc:
         common.refuse_other_run("output_dir", output_dir, exc)
     except radiomapseer.DataLayoutError as exc:

@@ -3,6 +3,7 @@
 from tff_radiomap.runtime.workers import (
     LocalRuntime,
     WorkerProcess,
+    all_on_this_host,
     install_local_context,
     live_worker_pids,
     local_execution_context,

@@ -271,13 +271,70 @@ def parse_addresses(spec: str) -> list[str]:
     return addresses
 
 
+_THIS_HOST = ("localhost", "127.0.0.1", "[::1]", "::1")
+
+
+def all_on_this_host(addresses: Sequence[str]) -> bool:
+    """True if every 'host:port' names this machine by a loopback name (they see its files)."""
+    return all(a.rpartition(":")[0].lower() in _THIS_HOST for a in addresses)
+
+
+def _keep_clients_in_order() -> None:
+    """Works around TFF 0.87's mergeable context returning CLIENTS-placed results out of order.
+
+    `mergeable_comp_execution_context._invoke_after_merge_in_async_pool` concatenates the
+    subrounds' CLIENTS-placed results in the order the subrounds finish, not in the clients'
+    order (a client-state process then gets its states back permuted). This replacement runs the
+    same subrounds and concatenates them in order. Idempotent.
+    """
+    import asyncio
+
+    from tensorflow_federated.python.core.impl.execution_contexts import mergeable_comp_execution_context as mergeable
+
+    if getattr(mergeable._invoke_after_merge_in_async_pool, "keeps_order", False):
+        return
+
+    async def invoke_after_merge_in_order(comp, merge_result, arg_list, execution_contexts):
+        def task_fn(indexed_arg, context):
+            index, arg = indexed_arg
+
+            async def run():
+                return index, await mergeable._compute_after_merged(comp, arg, merge_result, context)
+
+            return asyncio.create_task(run())
+
+        async def collect(results, indexed_result, context):
+            del context
+            return (*results, indexed_result)
+
+        results, _ = await mergeable._run_in_async_context_pool(
+            task_fn, list(enumerate(arg_list)), execution_contexts, (), collect
+        )
+        return [result for _, result in sorted(results, key=lambda r: r[0])]
+
+    invoke_after_merge_in_order.keeps_order = True
+    mergeable._invoke_after_merge_in_async_pool = invoke_after_merge_in_order
+
+
 @contextlib.contextmanager
 def remote_execution_context(addresses: Sequence[str], timeout_s: float = 60.0) -> Iterator[None]:
     """Splits each computation's clients over the TFF workers at `addresses`.
 
-    Uses TFF's mergeable-computation context: every worker runs a share of the clients and the
-    partial aggregates are merged. The workers speak unauthenticated gRPC: private networks only.
+    Uses TFF's mergeable-computation context (`tff.backends.native.
+    set_mergeable_comp_execution_context`): each call's clients are dealt to the workers, every
+    worker runs its share and its partial aggregates, and this process merges them. Aggregations
+    whose result feeds another aggregation in the same call cannot be split (TFF raises). The
+    workers are not ours: they run until stopped where they were started. They speak
+    unauthenticated, unencrypted gRPC: private networks only. The previous default context is
+    reinstalled when the block ends. CLIENTS-placed results come back in the clients' order
+    (`_keep_clients_in_order`); partial sums are merged in the order subrounds finish, so sums
+    agree with a single worker's to float rounding, not bit for bit.
     """
     contexts = [async_context_for(wait_for_address(a, timeout_s)) for a in addresses]
+    _keep_clients_in_order()
+    previous = tff.framework.get_context_stack().current
     tff.backends.native.set_mergeable_comp_execution_context(contexts)
-    yield
+    try:
+        yield
+    finally:
+        tff.framework.set_default_context(previous)
