@@ -30,8 +30,9 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags
 
+from bench.common import random_clients
 from tff_radiomap import runtime
-from tff_radiomap.learning import federated_data, keras_wrap, local_training, radiounet_process
+from tff_radiomap.learning import keras_wrap, local_training, radiounet_process
 from tff_radiomap.learning.keras_wrap import Phase
 from tff_radiomap.models import radiounet
 
@@ -46,16 +47,6 @@ flags.DEFINE_enum("phase", "stage1", ["stage1", "stage2"], "Which stage the roun
 flags.DEFINE_bool("reference", False, "Also time the dataset.reduce local loop (the pre-issue-6 path).")
 
 LEARNING_RATE = 1e-3
-
-
-def random_clients(config, num_clients: int, samples: int, seed: int = 0) -> federated_data.FederatedRadioMaps:
-    rng = np.random.default_rng(seed)
-    r = config.resolution
-    clients = []
-    for _ in range(num_clients):
-        x = (rng.random((samples, r, r, 2)) < 0.3).astype(np.float32)
-        clients.append((x, rng.random((samples, r, r, 1)).astype(np.float32)))
-    return federated_data.FederatedRadioMaps(clients, clients[0], clients[0], seed=seed)
 
 
 class PlainRound:

@@ -114,6 +114,13 @@ class FederatedRadioMaps:
     def round_datasets(self, clients, round_num: int, batch_size: int, epochs: int = 1) -> list:
         return [self.client_dataset(int(k), round_num, batch_size, epochs) for k in clients]
 
+    def client_samples(self, k: int, round_num: int, epochs: int = 1) -> collections.OrderedDict:
+        """Client k's samples of round `round_num` in training order, as numpy arrays
+        OrderedDict(x, y): what `client_dataset` yields, unbatched."""
+        x, y = self.clients[k]
+        order = epoch_order(len(x), self.seed, round_num, _SHUFFLE, k, epochs)
+        return collections.OrderedDict(x=x[order], y=y[order])
+
     def client_files(self) -> list[tuple[str, str]]:
         """(x path, y path) of each client's raw float32 files, written on first call to a
         temporary folder that is deleted at exit (or by `remove_client_files`)."""
