@@ -45,6 +45,9 @@ flags.DEFINE_float("sigma_min", _DEFAULTS.sigma_min, "Adaptive defense's per-coo
 flags.DEFINE_integer("attack_every", _DEFAULTS.attack_every, "Run the localization attack at round 1, every n rounds and the last (0: never).")
 flags.DEFINE_integer("attack_train_traces", _DEFAULTS.attack_train_traces, "Labelled traces the attacker trains on.")
 flags.DEFINE_integer("attack_test_traces", _DEFAULTS.attack_test_traces, "Held-out traces the attack is scored on.")
+flags.DEFINE_string(
+    "attack_extra_root", None, "RadioMapSeer-layout folder of samples the observer simulated itself (its digital twin): more training traces for the attack."
+)
 flags.DEFINE_bool("centralised", False, "Train the centralised reference (same model and sample passes, no federation).")
 flags.DEFINE_string("output_dir", None, "Results folder; default runs/privacy_radiomap/<defense>_s<seed>.")
 flags.DEFINE_bool("progress", True, "Show a progress bar.")
@@ -117,6 +120,7 @@ def _config() -> experiment.ExperimentConfig:
             attack_every=FLAGS.attack_every,
             attack_train_traces=FLAGS.attack_train_traces,
             attack_test_traces=FLAGS.attack_test_traces,
+            attack_extra_root=common.data_root(FLAGS.attack_extra_root, flag="attack_extra_root") or "",
             inject_nan_client=FLAGS.inject_nan_client,
         )
     except ValueError as exc:  # Resolution and width are checked against each other here.

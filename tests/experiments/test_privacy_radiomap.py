@@ -171,6 +171,6 @@ def test_an_attack_larger_than_the_data_is_refused_before_training(config, tmp_p
 
     monkeypatch.setattr(experiment, "build_trainer", no_training)
     big = dataclasses.replace(config, defense="uniform", attack_every=1, attack_train_traces=500, attack_test_traces=10)
-    with pytest.raises(experiment.DataTooSmallError, match="--attack_train_traces=500 --attack_test_traces=10: expected together at most the 18 samples"):
+    with pytest.raises(experiment.DataTooSmallError, match="--attack_train_traces=500 --attack_test_traces=10: expected together at most the 24 samples of"):
         experiment.run(big, str(tmp_path / "run"), progress=False)
     assert not os.path.exists(tmp_path / "run" / "config.json")

@@ -25,14 +25,19 @@ def test_attacker_recovers_a_leaky_feature_and_not_noise():
     assert err > 0.9 * const
 
 
-def test_fingerprint_norms_over_input_channels():
+def test_fingerprint_is_the_first_upload_then_norms_over_input_channels():
     k = tf.reshape(tf.range(2 * 2 * 3 * 4, dtype=tf.float32), [2, 2, 3, 4])
     b = tf.constant([1.0, -2.0])
+    raw = np.concatenate([k.numpy().ravel(), [1.0, -2.0]])
     phi = attack.fingerprint([[k, b]], [False, False]).numpy()
-    np.testing.assert_allclose(phi[:16], np.sqrt(np.sum(k.numpy() ** 2, axis=2)).ravel(), rtol=1e-5)
-    np.testing.assert_allclose(phi[16:], [1.0, -2.0])
+    np.testing.assert_allclose(phi[:50], raw)
+    np.testing.assert_allclose(phi[50:66], np.sqrt(np.sum(k.numpy() ** 2, axis=2)).ravel(), rtol=1e-5)
+    np.testing.assert_allclose(phi[66:], [1.0, -2.0])
     phi_t = attack.fingerprint([[k, b]], [True, False]).numpy()
-    np.testing.assert_allclose(phi_t[:12], np.sqrt(np.sum(k.numpy() ** 2, axis=3)).ravel(), rtol=1e-5)
+    np.testing.assert_allclose(phi_t[50:62], np.sqrt(np.sum(k.numpy() ** 2, axis=3)).ravel(), rtol=1e-5)
+    two = attack.fingerprint([[k, b], [2 * k, b]], [False, False]).numpy()
+    assert two.shape == (50 + 2 * 18,)  # Raw first upload once, then the norms of each upload.
+    np.testing.assert_allclose(two[68:84], 2 * phi[50:66], rtol=1e-5)
 
 
 def test_split_is_disjoint_and_checked():

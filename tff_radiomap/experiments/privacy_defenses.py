@@ -45,6 +45,10 @@ def phase_model(config, phase: Phase, weights: keras_wrap.NetworkWeights) -> tf.
     """The Keras model whose trainable weights `phase` uploads, holding `weights`."""
     net = radiounet.build_radiounet(config.model_config())
     weights.assign_to(net)
+    return _uploaded_model(net, phase)
+
+
+def _uploaded_model(net: radiounet.RadioUNet, phase: Phase) -> tf.keras.Model:
     if phase == Phase.STAGE1:
         return net.stage1
     if phase == Phase.STAGE2:
@@ -73,30 +77,49 @@ class PrivacyHooks:
     """Attack evaluation and allocator training around the rounds of one run."""
 
     config: object
-    attacker_pool: dict  # x, y, coords_m of the training maps' samples.
+    attacker_pool: dict  # x, y, coords_m of the observer's labelled samples (train and held-out traces).
     factories: dict  # Phase -> factory or None.
     allocator_trainer: dict = dataclasses.field(default_factory=dict)
+    extra_pool: dict | None = None  # x, y, coords_m the observer simulated itself: training traces only.
+    _models: dict = dataclasses.field(default_factory=dict)  # Phase -> (RadioUNet, uploaded model)
+    _collectors: dict = dataclasses.field(default_factory=dict)  # Phase -> attack.TraceCollector
 
     def attack_due(self, round_num: int) -> bool:
         every = self.config.attack_every
         return every > 0 and (round_num == 1 or round_num % every == 0 or round_num == self.config.rounds)
+
+    def _model(self, phase: Phase, weights: keras_wrap.NetworkWeights) -> tf.keras.Model:
+        """The phase's uploaded model holding `weights`: built once a phase, so that the traced
+        trace and allocator functions are reused round after round."""
+        if phase not in self._models:
+            net = radiounet.build_radiounet(self.config.model_config())
+            self._models[phase] = (net, _uploaded_model(net, phase))
+        net, model = self._models[phase]
+        weights.assign_to(net)
+        return model
+
+    def _client_optimizer(self):
+        return radiounet_process.build_optimizer(self.config.client_optimizer, self.config.client_learning_rate)
 
     def attack(self, trainer, state, round_num: int) -> dict:
         """Attacker RMSE against the uploads of round `round_num` (from the model broadcast in it)."""
         cfg = self.config
         phase = cfg.phase_for_round(round_num)
         factory = self.factories.get(phase)
-        model = phase_model(cfg, phase, trainer.network_weights(state))
+        model = self._model(phase, trainer.network_weights(state))
         extras = None
         if factory is not None:
             in_phase = int(state["phase"]) == int(phase)
             extras = aggregator_extras(state, factory) if in_phase else factory.initial_extras()
-        optimizer = radiounet_process.build_optimizer(cfg.client_optimizer, cfg.client_learning_rate)
-        collector = attack.TraceCollector(model, optimizer, cfg.attack_steps, factory, extras)
+        if phase not in self._collectors:
+            self._collectors[phase] = attack.TraceCollector(model, self._client_optimizer(), cfg.attack_steps, factory)
+        collector = self._collectors[phase]
+        collector.extras = extras
         result = attack.run_attack(
             collector,
             self.attacker_pool,
             attack.AttackConfig(cfg.attack_steps, cfg.attack_train_traces, cfg.attack_test_traces, seed=cfg.seed + round_num),
+            extra=self.extra_pool,
         )
         return {"attack_rmse_m": result.rmse_m, "attack_constant_rmse_m": result.constant_rmse_m}
 
@@ -112,15 +135,14 @@ class PrivacyHooks:
                 factory,
                 allocator.AllocatorConfig(lambda_p=cfg.allocator_lambda_p, lambda_h=cfg.allocator_lambda_h, seed=cfg.seed, map_size_m=cfg.map_size_m),
             )
-        model = phase_model(cfg, phase, trainer.network_weights(state))
-        optimizer = radiounet_process.build_optimizer(cfg.client_optimizer, cfg.client_learning_rate)
+        model = self._model(phase, trainer.network_weights(state))
         eta, measurements = self.allocator_trainer[phase].round(
-            model, optimizer, self.attacker_pool, aggregator_extras(state, factory), steps=cfg.attack_steps
+            model, self._client_optimizer(), self.attacker_pool, aggregator_extras(state, factory), steps=cfg.attack_steps
         )
         return replace_extras(state, eta=eta), {f"allocator/{k}": v for k, v in measurements.items()}
 
 
-def attacker_pool(data, split_train) -> dict:
-    """x, y, coords_m of every sample of the training maps (the observer's labelled pool)."""
-    a = data.arrays(split_train)
+def attacker_pool(data, map_positions) -> dict:
+    """x, y, coords_m of every sample of the maps at `map_positions` (the observer's labelled pool)."""
+    a = data.arrays(map_positions)
     return {"x": a["x"], "y": a["y"], "coords_m": a["coords_m"]}

@@ -75,6 +75,7 @@ class ExperimentConfig:
     attack_steps: int = 3  # S
     attack_train_traces: int = 1024
     attack_test_traces: int = 256
+    attack_extra_root: str = ""  # The observer's own simulated samples (RadioMapSeer layout), training traces only.
     allocator_lambda_p: float = 1.0
     allocator_lambda_h: float = 0.01
     map_size_m: float = 256.0
@@ -326,18 +327,23 @@ def _privacy_hooks(config: ExperimentConfig):
     if config.centralised or (config.attack_every == 0 and config.defense != "adaptive"):
         return None
     data = radiomapseer.RadioMapSeer(radiomapseer.LoaderConfig(root=config.data_root, resolution=config.resolution))
-    split = radiomapseer.split_maps(len(data.map_ids), config.val_fraction, config.test_fraction, config.seed)
     defense = DEFENSES[config.defense]
     phases = (Phase.JOINT,) if defense.protocol == "fedsgd" else (Phase.STAGE1, Phase.STAGE2)
     factories = {p: defense.model_aggregator(config, p) for p in phases}
-    pool = privacy_defenses.attacker_pool(data, split.train)
+    # The observer's labelled pool: every (map, transmitter) sample of the data set (building maps
+    # are public; the held-out traces are other samples), plus its own simulations if given.
+    pool = privacy_defenses.attacker_pool(data, np.arange(len(data.map_ids)))
     need = config.attack_train_traces + config.attack_test_traces
     if config.attack_every and len(pool["x"]) < need:
         raise DataTooSmallError(
             f"--attack_train_traces={config.attack_train_traces} --attack_test_traces={config.attack_test_traces}: "
-            f"expected together at most the {len(pool['x'])} samples of the training maps of {config.data_root}"
+            f"expected together at most the {len(pool['x'])} samples of {config.data_root}"
         )
-    return privacy_defenses.PrivacyHooks(config, pool, factories)
+    extra = None
+    if config.attack_extra_root:
+        twin = radiomapseer.RadioMapSeer(radiomapseer.LoaderConfig(root=config.attack_extra_root, resolution=config.resolution))
+        extra = privacy_defenses.attacker_pool(twin, np.arange(len(twin.map_ids)))
+    return privacy_defenses.PrivacyHooks(config, pool, factories, extra_pool=extra)
 
 
 def _train_round(config, data, trainer, evaluator, program_state, round_num: int, hooks=None) -> collections.OrderedDict:
