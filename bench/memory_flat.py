@@ -7,7 +7,8 @@ synthetic set, 64x64, width x0.25, 6 of 14 clients a round, stage 1 for rounds 1
 validation every round, program state saved every round) into a temporary folder, while a thread
 samples the resident set size (RSS) of this process and of its worker_binary every 0.2 s. Prints
 the largest RSS seen during each reported round, the peak (VmHWM) of both processes, and the
-growth of the per-round largest RSS after round 5 relative to round 5 (target: under 10%).
+growth of the per-round largest RSS after round 5 relative to round 5 (target: under 10%), and
+the growth within each stage (the switch to stage 2 loads new computations once).
 """
 
 import os
@@ -46,6 +47,7 @@ def main(argv):
         data_root=default_set.ensure_default_dataset(), rounds=FLAGS.rounds, stage1_rounds=FLAGS.rounds // 2, defense=FLAGS.defense
     )
     per_round: dict[int, int] = {}
+    per_round_parts: dict[int, tuple[int, int]] = {}
     done = threading.Event()
 
     with tempfile.TemporaryDirectory() as out:
@@ -58,8 +60,10 @@ def main(argv):
                         current = sum(1 for _ in f)  # Header + finished rounds: the round running now.
                 except FileNotFoundError:
                     current = 1
-                rss = me.memory_info().rss + worker.memory_info().rss
-                per_round[current] = max(per_round.get(current, 0), rss)
+                python_rss, worker_rss = me.memory_info().rss, worker.memory_info().rss
+                if python_rss + worker_rss > per_round.get(current, 0):
+                    per_round[current] = python_rss + worker_rss
+                    per_round_parts[current] = (python_rss, worker_rss)
 
         thread = threading.Thread(target=sample, daemon=True)
         thread.start()
@@ -76,12 +80,19 @@ def main(argv):
     )
     for r in rounds:
         if r in (1, 2, 5) or r % 5 == 0 or r == rounds[-1]:
-            print(f"  round {r:3d}: {per_round[r] / MB:8.1f} MiB")
+            python_rss, worker_rss = per_round_parts[r]
+            print(f"  round {r:3d}: {per_round[r] / MB:8.1f} MiB (Python {python_rss / MB:7.1f}, worker {worker_rss / MB:7.1f})")
     base = per_round[5]
     after = [per_round[r] for r in rounds if r > 5]
     growth = 100.0 * (max(after) - base) / base
     print(f"  peak (VmHWM): Python {_peak_rss(me.pid) / MB:.1f} MiB, worker {_peak_rss(worker.pid) / MB:.1f} MiB")
     print(f"  after round 5: largest {max(after) / MB:.1f} MiB, median {statistics.median(after) / MB:.1f} MiB; growth over round 5: {growth:+.1f}% (target < 10%)")
+    # The switch to stage 2 loads the stage-2 computations once: growth within each phase apart.
+    switch = FLAGS.rounds // 2 + 1
+    for first, last, label in ((5, switch - 1, "stage 1"), (switch + 4, rounds[-1], "stage 2")):
+        if first in per_round and last in per_round and last > first:
+            within = max(per_round[r] for r in rounds if first < r <= last)
+            print(f"  {label}, rounds {first}..{last}: largest {within / MB:.1f} MiB, growth over round {first}: {100.0 * (within - per_round[first]) / per_round[first]:+.1f}%")
 
 
 if __name__ == "__main__":
