@@ -63,16 +63,22 @@ class AllocatorTrainer:
         self.rng = np.random.default_rng(config.seed)
         self.proxy = None
         self._eta = None
+        self._trace_fn, self._trace_key = None, None
         self.psi_optimizer = tf.keras.optimizers.Adam(config.psi_learning_rate)
         self.eta_optimizer = tf.keras.optimizers.Adam(config.eta_learning_rate)
 
     # -- data ---------------------------------------------------------------------------------
     def _clean_traces(self, model, optimizer, x, y, steps):
         """Clipped uploads of each sample's S local steps, stacked: per tensor [N, S, ...]."""
-        traces = []
-        for i in range(len(x)):
-            uploads = local_training.local_updates(model, optimizer, x[i : i + 1], y[i : i + 1], steps)
-            traces.append([self.factory._clip(u)[0] for u in uploads])
+        key = (id(model), steps)
+        if self._trace_key != key:  # Traced once per model (the run keeps one a phase).
+
+            def one(xi, yi):
+                uploads = local_training.local_updates(model, optimizer, xi, yi, steps)
+                return [self.factory._clip(u)[0] for u in uploads]
+
+            self._trace_fn, self._trace_key = tf.function(one), key
+        traces = [self._trace_fn(tf.constant(x[i : i + 1]), tf.constant(y[i : i + 1])) for i in range(len(x))]
         return [tf.stack([tf.stack([t[s][j] for s in range(steps)]) for t in traces]) for j in range(len(self.ids))]
 
     def _fisher(self, model, x, y):
