@@ -44,8 +44,8 @@ def run_table(base_config, methods, seeds, output_dir: str, run_fn, progress: bo
     `privacy_radiomap.run` does, after checking that the folder holds the same configuration).
     """
     os.makedirs(output_dir, exist_ok=True)
-    for method in methods:
-        for seed in seeds:
+    for seed in seeds:  # Seed by seed: an interrupted table has every method for its first seeds.
+        for method in methods:
             run_dir = os.path.join(output_dir, f"{method}_s{seed}")
             run_fn(dataclasses.replace(base_config, defense=method, seed=seed), run_dir)
     return write_results(output_dir, methods, seeds)
