@@ -327,6 +327,15 @@ def _keep_clients_in_order() -> None:
     mergeable._invoke_after_merge_in_async_pool = invoke_after_merge_in_order
 
 
+def mergeable_context(addresses: Sequence[str], timeout_s: float = 60.0):
+    """The TFF mergeable-computation context over the workers at `addresses` (not installed);
+    see `remote_execution_context`. Keep one for a whole run: a new one compiles and loads every
+    computation again."""
+    contexts = [async_context_for(wait_for_address(a, timeout_s)) for a in addresses]
+    _keep_clients_in_order()
+    return tff.backends.native.create_mergeable_comp_execution_context(contexts)
+
+
 @contextlib.contextmanager
 def remote_execution_context(addresses: Sequence[str], timeout_s: float = 60.0) -> Iterator[None]:
     """Splits each computation's clients over the TFF workers at `addresses`.
@@ -341,10 +350,9 @@ def remote_execution_context(addresses: Sequence[str], timeout_s: float = 60.0) 
     (`_keep_clients_in_order`); partial sums are merged in the order subrounds finish, so sums
     agree with a single worker's to float rounding, not bit for bit.
     """
-    contexts = [async_context_for(wait_for_address(a, timeout_s)) for a in addresses]
-    _keep_clients_in_order()
+    context = mergeable_context(addresses, timeout_s)
     previous = tff.framework.get_context_stack().current
-    tff.backends.native.set_mergeable_comp_execution_context(contexts)
+    tff.framework.set_default_context(context)
     try:
         yield
     finally:
