@@ -89,3 +89,16 @@ def test_allocator_round_updates_eta_and_keeps_the_budget(tiny):
     weights = [m[f"weight_{n}"] for n in groups.names]
     assert sum(weights) == pytest.approx(1.0, abs=1e-5)
     assert m["weight_stage2_transmitter"] == 0.0  # Not uploaded in stage 1: no share of B.
+
+
+def test_the_observers_extra_samples_never_include_a_held_out_one():
+    rng = np.random.default_rng(0)
+    x = rng.random((6, 4, 4, 2)).astype(np.float32)
+    coords = rng.random((6, 2)) * 100
+    held_out = {"x": x[:2], "coords_m": coords[:2]}
+    # The extra pool: held-out sample 0 again, sample 1's map with another position, and others.
+    extra_x = np.concatenate([x[:1], x[1:2], x[2:]])
+    extra_coords = np.concatenate([coords[:1], coords[1:2] + 1.0, coords[2:]])
+    kept = attack.drop_held_out({"x": extra_x, "coords_m": extra_coords}, held_out)
+    assert len(kept["x"]) == 5
+    np.testing.assert_array_equal(kept["coords_m"], extra_coords[1:])

@@ -204,6 +204,21 @@ def split_traces(num_samples: int, config: AttackConfig) -> tuple[np.ndarray, np
     return order[: config.train_traces], order[config.train_traces : need]
 
 
+def _sample_keys(samples: dict) -> list:
+    """(building map, transmitter position) of each sample, to recognise the same sample elsewhere."""
+    buildings = samples["x"][..., 0]
+    return [(hash(buildings[i].tobytes()), tuple(np.round(samples["coords_m"][i], 3))) for i in range(len(buildings))]
+
+
+def drop_held_out(extra: dict, held_out: dict) -> dict:
+    """`extra` without the samples that are held-out samples (same map, same transmitter position):
+    an observer simulating the public maps may hit a position it is then scored on, which would be
+    the answer by another path."""
+    seen = set(_sample_keys(held_out))
+    keep = np.array([k not in seen for k in _sample_keys(extra)], bool)
+    return {k: v[keep] for k, v in extra.items()}
+
+
 def run_attack(collector: TraceCollector, samples: dict, config: AttackConfig, extra: dict | None = None) -> AttackResult:
     """Collects traces for the samples of `samples` (x, y, coords_m), fits h, scores held-out.
 
@@ -214,6 +229,8 @@ def run_attack(collector: TraceCollector, samples: dict, config: AttackConfig, e
     f_train = collector.collect(samples["x"][train], samples["y"][train])
     f_test = collector.collect(samples["x"][test], samples["y"][test])
     c_train, c_test = samples["coords_m"][train].astype(np.float64), samples["coords_m"][test].astype(np.float64)
+    if extra is not None:
+        extra = drop_held_out(extra, {k: v[test] for k, v in samples.items()})
     if extra is not None and len(extra["x"]):
         f_train = np.concatenate([f_train, collector.collect(extra["x"], extra["y"])])
         c_train = np.concatenate([c_train, extra["coords_m"].astype(np.float64)])
