@@ -302,6 +302,7 @@ def run(
             tff.program.TensorBoardReleaseManager(os.path.join(output_dir, "tensorboard")),
             tff.program.LoggingReleaseManager(),
         ])
+        _warm_up(config, data, trainer, done)
         bar = _progress_bar(config, done, progress)
         for round_num in range(done + 1, config.rounds + 1):
             row = _train_round(config, data, trainer, evaluator, program_state, round_num, hooks)
@@ -344,6 +345,17 @@ def _privacy_hooks(config: ExperimentConfig):
         twin = radiomapseer.RadioMapSeer(radiomapseer.LoaderConfig(root=config.attack_extra_root, resolution=config.resolution))
         extra = privacy_defenses.attacker_pool(twin, np.arange(len(twin.map_ids)))
     return privacy_defenses.PrivacyHooks(config, pool, factories, extra_pool=extra)
+
+
+def _warm_up(config: ExperimentConfig, data, trainer, done: int) -> None:
+    """Loads the computations of the phases after the next round's one before training, so that
+    memory does not step up mid-run when stage 2 starts (`PhasedProcess.warm_up`)."""
+    if config.centralised or done >= config.rounds or not hasattr(trainer, "warm_up"):
+        return
+    later = {config.phase_for_round(r) for r in range(done + 1, config.rounds + 1)} - {config.phase_for_round(done + 1)}
+    if later:
+        clients = federated_data.sample_clients(config.seed, done + 1, config.num_clients, config.clients_per_round)
+        trainer.warm_up(later, trainer.round_data(data, clients, done + 1, config.batch_size, config.local_epochs))
 
 
 def _train_round(config, data, trainer, evaluator, program_state, round_num: int, hooks=None) -> collections.OrderedDict:

@@ -142,6 +142,15 @@ class PhasedProcess:
         metrics.update(output.metrics)
         return collections.OrderedDict(phase=int(phase), learning=output.state), metrics
 
+    def warm_up(self, phases, client_data: Sequence) -> None:
+        """Runs `next` of each phase in `phases` once on `client_data` from that phase's initial
+        state, and discards the result: the worker loads (and Python traces) every computation a
+        run will need before its first round, so a later phase switch neither stalls the run nor
+        adds a step to its memory mid-run. The run's state is not touched."""
+        for phase in sorted(set(phases)):
+            process = self.processes[phase]
+            process.next(process.initialize(), list(client_data))
+
     def _enter(self, phase: Phase, state) -> collections.OrderedDict:
         """The first state of `phase`, holding the weights reached so far."""
         process = self.processes[phase]
