@@ -11,14 +11,12 @@ from __future__ import annotations
 import collections
 import dataclasses
 
-import numpy as np
 import tensorflow as tf
 
 from tff_radiomap.aggregators import AdaptiveGroupNoiseFactory, ClipOnlyFactory, DirectedNoiseFactory, UniformNoiseFactory
 from tff_radiomap.aggregators.client_perturbation import with_extras
-from tff_radiomap.learning import keras_wrap, radiounet_process
+from tff_radiomap.learning import keras_wrap, local_training, radiounet_process
 from tff_radiomap.learning.keras_wrap import Phase
-from tff_radiomap.models import radiounet
 from tff_radiomap.privacy import allocator, attack, groups
 
 NOISE_DEFENSES = ("uniform", "directed", "adaptive")
@@ -39,22 +37,6 @@ def make_factory(name: str, config, phase: Phase):
             c, nu, groups=g, total_rounds=config.rounds, phase=int(phase == Phase.STAGE2), sigma_min=config.sigma_min, seed=seed
         )
     raise ValueError(f"defense {name!r}: expected one of clip, {', '.join(NOISE_DEFENSES)}")
-
-
-def phase_model(config, phase: Phase, weights: keras_wrap.NetworkWeights) -> tf.keras.Model:
-    """The Keras model whose trainable weights `phase` uploads, holding `weights`."""
-    net = radiounet.build_radiounet(config.model_config())
-    weights.assign_to(net)
-    return _uploaded_model(net, phase)
-
-
-def _uploaded_model(net: radiounet.RadioUNet, phase: Phase) -> tf.keras.Model:
-    if phase == Phase.STAGE1:
-        return net.stage1
-    if phase == Phase.STAGE2:
-        net.stage1.trainable = False
-    x = net.wnet.input
-    return tf.keras.Model(x, net.wnet(x)[1])
 
 
 def aggregator_extras(state, factory):
@@ -81,7 +63,7 @@ class PrivacyHooks:
     factories: dict  # Phase -> factory or None.
     allocator_trainer: dict = dataclasses.field(default_factory=dict)
     extra_pool: dict | None = None  # x, y, coords_m the observer simulated itself: training traces only.
-    _models: dict = dataclasses.field(default_factory=dict)  # Phase -> (RadioUNet, uploaded model)
+    _models: dict = dataclasses.field(default_factory=dict)  # Phase -> keras_wrap.build_phase_model(...)
     _collectors: dict = dataclasses.field(default_factory=dict)  # Phase -> attack.TraceCollector
 
     def attack_due(self, round_num: int) -> bool:
@@ -92,11 +74,9 @@ class PrivacyHooks:
         """The phase's uploaded model holding `weights`: built once a phase, so that the traced
         trace and allocator functions are reused round after round."""
         if phase not in self._models:
-            net = radiounet.build_radiounet(self.config.model_config())
-            self._models[phase] = (net, _uploaded_model(net, phase))
-        net, model = self._models[phase]
-        weights.assign_to(net)
-        return model
+            self._models[phase] = keras_wrap.build_phase_model(self.config.model_config(), phase)
+        local_training.set_phase_weights(self._models[phase], weights, phase)
+        return self._models[phase]
 
     def _client_optimizer(self):
         return radiounet_process.build_optimizer(self.config.client_optimizer, self.config.client_learning_rate)

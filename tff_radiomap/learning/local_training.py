@@ -168,6 +168,13 @@ def local_updates(model: tf.keras.Model, optimizer, x, y, steps: int):
     return uploads
 
 
+def set_phase_weights(model: tf.keras.Model, weights: keras_wrap.NetworkWeights, phase: keras_wrap.Phase) -> None:
+    """Assigns `weights` to `model`, a `keras_wrap.build_phase_model(config, phase)`."""
+    model_weights = keras_wrap.to_model_weights(weights, phase)
+    _assign(model.trainable_variables, model_weights.trainable)
+    _assign(model.non_trainable_variables, model_weights.non_trainable)
+
+
 class ClientSimulator:
     """One client's local steps from given global weights, outside TFF (the attack's observer).
 
@@ -189,9 +196,7 @@ class ClientSimulator:
         self._traced = {}
 
     def set_global_weights(self, weights: keras_wrap.NetworkWeights) -> None:
-        model_weights = keras_wrap.to_model_weights(weights, self.phase)
-        _assign(self._model.trainable_variables, model_weights.trainable)
-        _assign(self._model.non_trainable_variables, model_weights.non_trainable)
+        set_phase_weights(self._model, weights, self.phase)
 
     def uploads(self, x, y, steps: int) -> list:
         if steps < 1:
