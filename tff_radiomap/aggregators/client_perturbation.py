@@ -103,8 +103,8 @@ class ClientPerturbationFactory(tff.aggregators.UnweightedAggregationFactory, tf
         """Clip and perturb one upload outside TFF (eager TF), exactly as a client would.
 
         Used by the attack to privatize observed traces. `flat` is a list of tensors matching the
-        factory's groups; `extras` are defense parameters (default: `initial_extras()`); `seed` a
-        stateless seed pair for reproducible noise. Returns (noised list, sigma [G]).
+        factory's groups; `extras` are defense parameters (default: `initial_extras()`); `seed` an
+        int or a pair (Python or int64 tensor) for reproducible noise. Returns (noised list, sigma [G]).
         """
         groups = self.groups or ParameterGroups.single([tuple(t.shape) for t in flat])
         groups.check_shapes([tuple(t.shape) for t in flat])
@@ -112,8 +112,11 @@ class ClientPerturbationFactory(tff.aggregators.UnweightedAggregationFactory, tf
         extras = tf.nest.map_structure(tf.convert_to_tensor, extras)
         clipped, _ = self._clip([tf.convert_to_tensor(t, tf.float32) for t in flat])
         seeds = None
-        if seed is not None:
-            seeds = [tf.constant([seed, i], tf.int64) for i in range(2 * len(flat))]
+        if seed is not None:  # An int s gives the per-tensor seeds [s, i]; a pair (a, b) [a, b * 1000003 + i].
+            seed = tf.cast(tf.convert_to_tensor(seed), tf.int64)
+            if seed.shape.rank == 0:
+                seed = tf.stack([seed, tf.constant(0, tf.int64)])
+            seeds = [tf.stack([seed[0], seed[1] * 1000003 + i]) for i in range(2 * len(flat))]
         return self._perturb(extras, clipped, [tf.constant(a) for a in groups.ids], groups, seeds)
 
     # -- the TFF process ----------------------------------------------------------------------

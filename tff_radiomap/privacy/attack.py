@@ -102,34 +102,45 @@ class TraceCollector:
         self.transposed = transposed_flags(model)
         self._traces = tf.function(self._traces_impl)
 
-    def _trace_impl(self, x, y, extras):
+    def _trace_impl(self, x, y, extras, seed):
         uploads = local_training.local_updates(self.model, self.optimizer, x, y, self.steps)
         if self.defense is not None:
             privatized = []
-            for upload in uploads:
-                noised, _ = self.defense.privatize(upload, extras)
+            for s, upload in enumerate(uploads):
+                noised, _ = self.defense.privatize(upload, extras, seed=None if seed is None else seed + tf.constant([0, s], tf.int64))
                 privatized.append(noised)
             uploads = privatized
         return fingerprint(uploads, self.transposed)
 
-    def _traces_impl(self, x, y, extras):
+    def _traces_impl(self, x, y, extras, seeds):
         # One graph for a chunk of samples: a per-sample Python loop costs more than the steps.
         n = tf.shape(x)[0]
         out = tf.TensorArray(tf.float32, size=n)
         for i in tf.range(n):
-            out = out.write(i, self._trace_impl(x[i : i + 1], y[i : i + 1], extras))
+            out = out.write(i, self._trace_impl(x[i : i + 1], y[i : i + 1], extras, None if seeds is None else seeds[i]))
         return out.stack()
 
-    def collect(self, x: np.ndarray, y: np.ndarray, chunk: int = 256) -> np.ndarray:
+    def collect(self, x: np.ndarray, y: np.ndarray, chunk: int = 256, seed: tuple[int, int] | None = None) -> np.ndarray:
         """Fingerprints [N, F] of the traces of samples x [N, r, r, 2], y [N, r, r, 1].
 
-        Uses the model's current weights and `self.extras`; neither change retraces.
+        Uses the model's current weights and `self.extras`; neither change retraces. With `seed`
+        (a pair of ints) the defense's noise is a function of (seed, sample index, step): the same
+        call gives the same fingerprints; without it the noise is fresh each call.
         """
         extras = None
         if self.defense is not None:
             extras = tf.nest.map_structure(tf.convert_to_tensor, self.extras if self.extras is not None else self.defense.initial_extras())
+        seeds = None
+        if seed is not None:
+            # Sample i, step s: [seed0, seed1 * 2^20 + 8 i + s] (distinct for up to 131072 samples, 8 steps).
+            seeds = np.stack([np.full(len(x), seed[0]), seed[1] * 2**20 + 8 * np.arange(len(x))], axis=1).astype(np.int64)
         out = [
-            self._traces(tf.constant(x[s : s + chunk], tf.float32), tf.constant(y[s : s + chunk], tf.float32), extras).numpy()
+            self._traces(
+                tf.constant(x[s : s + chunk], tf.float32),
+                tf.constant(y[s : s + chunk], tf.float32),
+                extras,
+                None if seeds is None else tf.constant(seeds[s : s + chunk]),
+            ).numpy()
             for s in range(0, len(x), chunk)
         ]
         return np.concatenate(out)  # float32: [N, F] is the attack's largest array.
@@ -229,13 +240,14 @@ def run_attack(collector: TraceCollector, samples: dict, config: AttackConfig, e
     join the training traces (never the held-out ones).
     """
     train, test = split_traces(len(samples["x"]), config)
-    f_train = collector.collect(samples["x"][train], samples["y"][train])
-    f_test = collector.collect(samples["x"][test], samples["y"][test])
+    # The noise of the train, held-out and extra traces: three seeded streams (reproducible attacks).
+    f_train = collector.collect(samples["x"][train], samples["y"][train], seed=(config.seed, 0))
+    f_test = collector.collect(samples["x"][test], samples["y"][test], seed=(config.seed, 1))
     c_train, c_test = samples["coords_m"][train].astype(np.float64), samples["coords_m"][test].astype(np.float64)
     if extra is not None:
         extra = drop_held_out(extra, {k: v[test] for k, v in samples.items()})
     if extra is not None and len(extra["x"]):
-        f_train = np.concatenate([f_train, collector.collect(extra["x"], extra["y"])])
+        f_train = np.concatenate([f_train, collector.collect(extra["x"], extra["y"], seed=(config.seed, 2))])
         c_train = np.concatenate([c_train, extra["coords_m"].astype(np.float64)])
     if not (np.all(np.isfinite(f_train)) and np.all(np.isfinite(f_test))):
         raise FloatingPointError("attack traces are not finite: the global model's local steps diverged")
