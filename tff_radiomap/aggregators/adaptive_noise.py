@@ -3,8 +3,13 @@
 Per upload: s = Psi(clipped update) (Eq. (12)), a = f_eta(s) (Eq. (13)), w = softmax(a) over the
 non-empty groups (Eq. (14)), E_g = B w_g (Eq. (15)), sigma_g = sqrt(E_g / d_g) (Eq. (16)), and
 N(0, sigma_g^2) on group g. eta lives in the aggregation state (`extras['eta']`) and is broadcast
-to clients every round, so the factory runs in any TFF pipeline; the allocator training of
-Eqs. (20)-(21) (`tff_radiomap.privacy.allocator`) replaces it between rounds with
+to clients every round, so the factory runs in any TFF pipeline. Without an `eta`, it starts at
+Directed Uniform's allocation when the groups have a non-empty transmitter-sensitive one
+(`allocator_net.init_params(init='directed')`: a share of 1e-9 of B on the other groups), else at
+Uniform Noise's (`init='proportional'`); `init=` chooses. At nu = 3 Uniform Noise's allocation
+destroys a RadioUNet in one round (noise ~400x the update), and an allocator started there
+learns from a broken model. The allocator training of
+Eqs. (20)-(21) (`tff_radiomap.privacy.allocator`) replaces eta between rounds with
 `client_perturbation.with_extras(state, eta=...)`. The state also holds the round index r (it
 advances every round; the summary uses r / total_rounds) and the phase indicator.
 
@@ -48,6 +53,7 @@ class AdaptiveGroupNoiseFactory(ClientPerturbationFactory):
         hidden: int = 16,
         inner_factory=None,
         seed=None,
+        init: str | None = None,
     ):
         if groups is None:
             raise ValueError("AdaptiveGroupNoiseFactory needs parameter groups")
@@ -65,7 +71,11 @@ class AdaptiveGroupNoiseFactory(ClientPerturbationFactory):
         self.total_rounds = int(total_rounds)
         self.phase = int(phase)
         self.sigma_min = float(sigma_min)
-        self.eta = eta if eta is not None else allocator_net.init_params(groups.num_groups, groups.sizes, hidden)
+        if eta is None:
+            has_sensitive = any(s and d > 0 for s, d in zip(groups.sensitive, groups.sizes))
+            init = init or ("directed" if has_sensitive else "proportional")
+            eta = allocator_net.init_params(groups.num_groups, groups.sizes, hidden, init=init, sensitive=groups.sensitive)
+        self.eta = eta
 
     def dp_event(self) -> dp_accounting.DpEvent | None:
         """Per-upload event guaranteed by the floor; None without one (see module docstring)."""

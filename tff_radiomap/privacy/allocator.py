@@ -13,14 +13,31 @@ L_proxy: mean squared error of q_psi(phi(privatized trace)) against the transmit
 in units of the map side; q_psi is a one-hidden-layer MLP on standardized fingerprints (the
 attack's phi).
 
-L_task (our choice; the paper leaves it open): the expected increase of the training loss caused by
-the noise, to second order, with the Hessian diagonal replaced by the empirical Fisher,
+L_task (our choice; the paper leaves it open): the measured loss increase of the current model when
+one upload's noise lands on it, per group, interpolated in sigma and normalised by Uniform Noise's:
 
-    E[L(theta + n)] - L(theta) ~= 1/2 sum_g sigma_g^2 F_g,   F_g = sum_{i in g} (dL/dtheta_i)^2,
+    h_g(sigma) = L(theta + N(0, sigma^2) on group g) - L(theta)       probed at sigma_full_g 10^(-k/2), k = 0..10
+    L_task = mean over traces of sum_g h_g(sigma_g) / sum_g h_g(C nu)
 
-divided by its value under Uniform Noise (sigma_g = C nu for all g), so L_task = 1 means "hurts
-the task as much as Uniform Noise". It is cheap (one gradient per round), differentiable, and
-says that noise on coordinates the loss is flat in is nearly free.
+sigma_full_g = sqrt(B / d_g) is the largest sigma group g can get (all of B). Each round the probes
+run once on the picked samples (22 forward passes); h_g between probes is linear in log sigma
+(made non-negative and non-decreasing), below the smallest probe it falls as sigma^2. It is
+differentiable in eta through sigma_g, and it measures instead of assuming: a second-order
+(Fisher) estimate, which we tried first, grows without bound in sigma^2 and ranks Directed Uniform
+(all of B on ~170 coordinates) as 8x worse than Uniform Noise, while in fact Uniform Noise at nu = 3
+destroys the model and Directed Uniform only the transmitter-reading kernel slices. Harm is taken as
+additive over groups. L_task = 1 means "hurts the task as much as Uniform Noise".
+
+L_proxy enters Eq. (21) capped at the loss of the best constant guess on the batch: a proxy worse
+than guessing the mean position is no attacker, and making it worse still buys no privacy (an
+untrained proxy's loss can be 10^3 times the guess's and would drown L_task).
+
+Determinism: the traces picked, the reparameterization noise and the noise of H_g are functions of
+(seed, round index), and `state()` / `restore()` carry the proxy's weights and both optimizers'
+slots, so a run resumed from a checkpoint continues exactly as the uninterrupted one.
+
+Non-finite inputs (a model already destroyed, an overflow in the traces): the round leaves eta as it
+is and reports `skipped = 1` rather than writing NaN into the aggregation state.
 """
 
 from __future__ import annotations
@@ -35,6 +52,10 @@ from tff_radiomap.learning import local_training
 from tff_radiomap.privacy import allocator_net
 from tff_radiomap.privacy import budget as budget_lib
 from tff_radiomap.privacy.attack import transposed_flags
+
+
+HARM_PROBES = 11  # sigma_full 10^(-k/2), k = 0..10: five decades.
+OVERFLOW_HARM = 1e6  # A probe whose loss overflowed.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +81,6 @@ class AllocatorTrainer:
         self.ids = [tf.constant(a) for a in self.groups.ids]
         self.sizes = tf.constant(self.groups.sizes, tf.float32)
         self.budget = float(factory.budget(self.groups))
-        self.rng = np.random.default_rng(config.seed)
         self.proxy = None
         self._eta = None
         self._trace_fn, self._trace_key = None, None
@@ -81,25 +101,45 @@ class AllocatorTrainer:
         traces = [self._trace_fn(tf.constant(x[i : i + 1]), tf.constant(y[i : i + 1])) for i in range(len(x))]
         return [tf.stack([tf.stack([t[s][j] for s in range(steps)]) for t in traces]) for j in range(len(self.ids))]
 
-    def _fisher(self, model, x, y):
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
-        grads = tape.gradient(loss, model.trainable_variables)
-        g = len(self.groups.names)
-        fisher = tf.zeros([g])
-        for grad, ids in zip(grads, self.ids):
-            fisher += tf.math.unsorted_segment_sum(tf.reshape(tf.square(grad), [-1]), tf.reshape(ids, [-1]), g)
-        return fisher
+    def _harm_curves(self, model, x, y, seed):
+        """(log sigma [G, L] ascending, harm [G, L]): the probes of L_task (module docstring)."""
+        variables = model.trainable_variables
+        start = [tf.identity(v) for v in variables]
+
+        def loss():
+            return float(tf.reduce_mean(tf.square(model(x, training=False) - y)))
+
+        levels = 10.0 ** (-np.arange(HARM_PROBES)[::-1] / 2.0)  # Ascending, up to 1.
+        g_count = len(self.groups.names)
+        log_sigma = np.zeros((g_count, HARM_PROBES), np.float32)
+        harm = np.zeros((g_count, HARM_PROBES), np.float32)
+        clean = loss()
+        try:
+            for g, d_g in enumerate(self.groups.sizes):
+                full = np.sqrt(self.budget / max(d_g, 1))
+                log_sigma[g] = np.log(full * levels)
+                if d_g <= 0:
+                    continue
+                for k, level in enumerate(levels):
+                    for j, (v, s, ids) in enumerate(zip(variables, start, self.ids)):
+                        noise = tf.random.stateless_normal(tf.shape(s), seed=[seed[0], (seed[1] * 1009 + g * 101 + k) * 1009 + j])
+                        v.assign(s + tf.where(ids == g, noise * float(full * level), 0.0))
+                    harm[g, k] = loss() - clean
+        finally:
+            for v, s in zip(variables, start):
+                v.assign(s)
+        harm = np.where(np.isfinite(harm), harm, OVERFLOW_HARM)
+        return log_sigma, np.maximum.accumulate(np.maximum(harm, 0.0), axis=1)
 
     # -- the differentiable pipeline ----------------------------------------------------------
-    def _features(self, stacked, sigma, transposed):
+    def _features(self, stacked, sigma, transposed, seed):
         """phi of the privatized traces: stacked[j] is [N, S, ...]; sigma [N*S, G] -> [N, F]."""
         n = stacked[0].shape[0]
         feats = []
         for j, (u, ids) in enumerate(zip(stacked, self.ids)):
             s = u.shape[1]
             sig = tf.reshape(tf.gather(sigma, ids, axis=1), [n, s] + ids.shape.as_list())
-            noisy = u + sig * tf.random.normal(tf.shape(u))
+            noisy = u + sig * tf.random.stateless_normal(tf.shape(u), seed=[seed[0], seed[1] * 1009 + j])
             if u.shape.rank == 6:  # [N, S, h, w, in, out] (or [.., out, in] transposed)
                 axis = 5 if transposed[j] else 4
                 noisy = tf.sqrt(tf.reduce_sum(tf.square(noisy), axis=axis) + 1e-20)
@@ -112,23 +152,54 @@ class AllocatorTrainer:
             [tf.keras.layers.InputLayer((dim,)), tf.keras.layers.Dense(self.config.proxy_hidden, activation="relu"), tf.keras.layers.Dense(2)]
         )
 
+    def _eta_variables(self, eta_values) -> collections.OrderedDict:
+        if self._eta is None:
+            self._eta = collections.OrderedDict((k, tf.Variable(np.asarray(v, np.float32))) for k, v in eta_values.items())
+        for k, v in eta_values.items():
+            self._eta[k].assign(np.asarray(v, np.float32))
+        return self._eta
+
+    @staticmethod
+    def _task_harm(sigma, log_sigma, harm):
+        """sum_g h_g(sigma_g) per row of sigma [N, G]: the probed curves, interpolated."""
+        x = tf.math.log(tf.maximum(tf.cast(sigma, tf.float32), 1e-30))
+        log_sigma, harm = tf.cast(log_sigma, tf.float32), tf.cast(harm, tf.float32)
+        total = tf.zeros(tf.shape(x)[:1])
+        for g in range(log_sigma.shape[0]):
+            xs, hs, xg = log_sigma[g], harm[g], x[:, g]
+            i = tf.clip_by_value(tf.searchsorted(xs, xg), 1, len(xs) - 1)
+            x0, x1, h0, h1 = tf.gather(xs, i - 1), tf.gather(xs, i), tf.gather(hs, i - 1), tf.gather(hs, i)
+            inside = h0 + tf.clip_by_value((xg - x0) / (x1 - x0), 0.0, 1.0) * (h1 - h0)
+            below = hs[0] * tf.exp(2.0 * tf.minimum(xg - xs[0], 0.0))
+            total += tf.where(xg < xs[0], below, inside)
+        return total
+
     def round(self, model, optimizer, samples: dict, extras, steps: int = 3) -> tuple[collections.OrderedDict, dict]:
         """One round of alternating updates; returns (new eta, measurements).
 
         `model` holds the current global weights of the phase's uploaded model; `samples` has
         x, y, coords_m (labelled traces the defender may use); `extras` the aggregator extras
-        (eta, round_index, phase).
+        (eta, round_index, phase). A round whose inputs are not finite returns eta unchanged
+        with `skipped` = 1.
         """
         cfg = self.config
-        pick = self.rng.choice(len(samples["x"]), size=min(cfg.traces_per_round, len(samples["x"])), replace=False)
+        round_index = int(extras["round_index"])
+        rng = np.random.default_rng([cfg.seed, round_index])
+        pick = np.sort(rng.choice(len(samples["x"]), size=min(cfg.traces_per_round, len(samples["x"])), replace=False))
         x, y = samples["x"][pick], samples["y"][pick]
         target = tf.constant(samples["coords_m"][pick] / cfg.map_size_m, tf.float32)
+        eta = self._eta_variables(extras["eta"])
+        unchanged = collections.OrderedDict((k, np.asarray(v, np.float32)) for k, v in extras["eta"].items())
         stacked = self._clean_traces(model, optimizer, x, y, steps)
-        fisher = self._fisher(model, tf.constant(x), tf.constant(y))
-        uniform_task = float((self.factory.clip_norm * self.factory.noise_multiplier) ** 2 * tf.reduce_sum(fisher)) + 1e-30
+        log_sigma, harm = (tf.constant(a) for a in self._harm_curves(model, tf.constant(x), tf.constant(y), (cfg.seed, 2 * round_index + 1)))
+        if not all(np.isfinite(u.numpy()).all() for u in stacked):
+            return unchanged, {"skipped": 1.0}
+        uniform_sigma = tf.fill([1, len(self.groups.names)], float(self.factory.clip_norm * self.factory.noise_multiplier))
+        uniform_task = float(self._task_harm(uniform_sigma, log_sigma, harm)[0]) + 1e-30
+        constant_guess = float(tf.reduce_mean(tf.reduce_sum(tf.square(target - tf.reduce_mean(target, 0)), axis=1)))
         transposed = transposed_flags(model)
         n = len(pick)
-        fraction = min(float(extras["round_index"]) / self.factory.total_rounds, 1.0)
+        fraction = min(round_index / self.factory.total_rounds, 1.0)
         summaries = tf.stack(
             [
                 allocator_net.summary_statistics([u[i, s] for u in stacked], self.ids, self.groups.sizes, self.factory.clip_norm, fraction, extras["phase"])
@@ -136,11 +207,6 @@ class AllocatorTrainer:
                 for s in range(steps)
             ]
         )
-        if self._eta is None:
-            self._eta = collections.OrderedDict((k, tf.Variable(np.asarray(v, np.float32))) for k, v in extras["eta"].items())
-        for k, v in extras["eta"].items():
-            self._eta[k].assign(np.asarray(v, np.float32))
-        eta = self._eta
 
         def allocation():
             w = budget_lib.masked_softmax(allocator_net.logits(eta, summaries), self.groups.sizes)
@@ -148,36 +214,76 @@ class AllocatorTrainer:
             return w, sigma
 
         w, sigma = allocation()
-        first = self._features(stacked, sigma, transposed)
+        first = self._features(stacked, sigma, transposed, (cfg.seed, 2 * round_index * 1000))
         mu = tf.reduce_mean(first, 0)
         sd = tf.math.reduce_std(first, 0) + 1e-6
         if self.proxy is None or self.proxy.input_shape[-1] != first.shape[-1]:
             self._build_proxy(int(first.shape[-1]))
 
-        def proxy_loss(sigma):
-            feats = (self._features(stacked, sigma, transposed) - mu) / sd
+        def proxy_loss(sigma, seed):
+            feats = (self._features(stacked, sigma, transposed, seed) - mu) / sd
             return tf.reduce_mean(tf.reduce_sum(tf.square(self.proxy(tf.clip_by_value(feats, -10, 10)) - target), axis=1))
 
         history = collections.defaultdict(list)
-        for _ in range(cfg.steps):
+        for step in range(cfg.steps):
+            seed = (cfg.seed, 2 * round_index * 1000 + 1 + step)  # One noise draw per step, shared by both updates.
             # Proxy step (Eq. (20)): the attacker adapts to the current allocation.
             _, sigma = allocation()
             with tf.GradientTape() as tape:
-                l_proxy = proxy_loss(tf.stop_gradient(sigma))
+                l_proxy = proxy_loss(tf.stop_gradient(sigma), seed)
             grads = tape.gradient(l_proxy, self.proxy.trainable_variables)
             self.psi_optimizer.apply_gradients(zip(grads, self.proxy.trainable_variables))
             # Allocator step (Eq. (21)).
             with tf.GradientTape() as tape:
                 w, sigma = allocation()
-                l_task = tf.reduce_mean(tf.reduce_sum(tf.square(sigma) * fisher, axis=1)) / uniform_task
-                l_adv = proxy_loss(sigma)
+                l_task = tf.reduce_mean(self._task_harm(sigma, log_sigma, harm)) / uniform_task
+                l_adv = tf.minimum(proxy_loss(sigma, seed), constant_guess)
                 entropy = tf.reduce_mean(budget_lib.entropy(w))
                 loss = l_task - cfg.lambda_p * l_adv - cfg.lambda_h * entropy
             grads = tape.gradient(loss, list(eta.values()))
+            if not all(np.isfinite(g.numpy()).all() for g in grads):
+                for k, v in unchanged.items():
+                    eta[k].assign(v)
+                return unchanged, {"skipped": 1.0}
             self.eta_optimizer.apply_gradients(zip(grads, list(eta.values())))
-            for k, v in (("proxy_loss", l_adv), ("task_loss", l_task), ("entropy", entropy), ("alloc_loss", loss)):
+            for k, v in (("proxy_loss", l_proxy), ("task_loss", l_task), ("entropy", entropy), ("alloc_loss", loss)):
                 history[k].append(float(v))
         w, _ = allocation()
         measurements = {k: v[-1] for k, v in history.items()}
+        measurements.update(skipped=0.0, constant_guess_loss=constant_guess)
         measurements.update({f"weight_{name}": float(m) for name, m in zip(self.groups.names, tf.reduce_mean(w, 0).numpy())})
         return collections.OrderedDict((k, v.numpy()) for k, v in eta.items()), measurements
+
+    # -- checkpoints --------------------------------------------------------------------------
+    def state(self) -> dict:
+        """Arrays that `restore` needs to continue exactly: the proxy and both optimizers."""
+        if self.proxy is None:
+            return {}
+        out = {f"proxy/{i}": v.numpy() for i, v in enumerate(self.proxy.weights)}
+        out.update({f"psi_opt/{i}": v.numpy() for i, v in enumerate(self.psi_optimizer.variables)})
+        out.update({f"eta/{k}": v.numpy() for k, v in self._eta.items()})
+        out.update({f"eta_opt/{i}": v.numpy() for i, v in enumerate(self.eta_optimizer.variables)})
+        return out
+
+    def restore(self, state: dict) -> None:
+        """Undoes `state()` on a fresh trainer of the same factory and config."""
+        if not state:
+            return
+        n_proxy = len([k for k in state if k.startswith("proxy/")])
+        self._build_proxy(int(state["proxy/0"].shape[0]))
+        self.proxy.set_weights([state[f"proxy/{i}"] for i in range(n_proxy)])
+        self.psi_optimizer.build(self.proxy.trainable_variables)
+        _assign_all(self.psi_optimizer.variables, state, "psi_opt")
+        eta = {k[len("eta/") :]: v for k, v in state.items() if k.startswith("eta/")}
+        self._eta_variables(collections.OrderedDict((k, eta[k]) for k in self.factory.eta))
+        if len([k for k in state if k.startswith("eta_opt/")]) > 1:  # Not built while every round was skipped.
+            self.eta_optimizer.build(list(self._eta.values()))
+        _assign_all(self.eta_optimizer.variables, state, "eta_opt")
+
+
+def _assign_all(variables, state: dict, prefix: str) -> None:
+    count = len([k for k in state if k.startswith(prefix + "/")])
+    if count != len(variables):
+        raise ValueError(f"allocator checkpoint: {count} {prefix} arrays for {len(variables)} variables")
+    for i, v in enumerate(variables):
+        v.assign(state[f"{prefix}/{i}"])

@@ -63,18 +63,42 @@ def summary_statistics(flat, group_ids, group_sizes, clip_norm: float, round_fra
     return tf.concat([tf.reshape(per_group, [-1]), tail], axis=0)
 
 
-def init_params(num_groups: int, group_sizes, hidden: int = 16, seed: int = 0, init: str = "proportional") -> collections.OrderedDict:
-    """Initial eta. `init='proportional'` starts at w_g = d_g / d (i.e. Uniform Noise);
-    `init='uniform'` at w_g = 1 / G."""
+def init_params(
+    num_groups: int,
+    group_sizes,
+    hidden: int = 16,
+    seed: int = 0,
+    init: str = "proportional",
+    sensitive=None,
+    residual_share: float = 1e-9,
+) -> collections.OrderedDict:
+    """Initial eta: the first layer random, the output layer ~0, so the start is set by b2.
+
+    `init='proportional'` starts at w_g = d_g / d (i.e. Uniform Noise); `init='uniform'` at
+    w_g = 1 / G; `init='directed'` at Directed Uniform's allocation (w_g = d_g / d_sensitive on the
+    `sensitive` groups) except for a `residual_share` of B spread over the other groups in
+    proportion to their size, so that every group has a finite logit the allocator can move.
+    """
     rng = np.random.default_rng(seed)
     n_in = summary_size(num_groups)
-    sizes = np.asarray(group_sizes, np.float64)
+    sizes = np.maximum(np.asarray(group_sizes, np.float64), 0.0)
     if init == "proportional":
         b2 = np.log(np.maximum(sizes, 1.0) / max(sizes.sum(), 1.0))
     elif init == "uniform":
         b2 = np.zeros(num_groups)
+    elif init == "directed":
+        if sensitive is None:
+            raise ValueError("init='directed' needs the groups' `sensitive` flags")
+        sensitive = np.asarray(sensitive, bool)
+        d_sensitive, d_rest = sizes[sensitive].sum(), sizes[~sensitive].sum()
+        if d_sensitive <= 0:
+            raise ValueError("init='directed' needs at least one non-empty transmitter-sensitive group")
+        if not 0.0 < residual_share < 1.0:
+            raise ValueError(f"residual_share={residual_share}: expected a number in (0, 1)")
+        share = np.where(sensitive, (1.0 - residual_share) * sizes / d_sensitive, residual_share * sizes / max(d_rest, 1.0))
+        b2 = np.log(np.maximum(share, 1e-30))
     else:
-        raise ValueError(f"init={init!r}: expected 'proportional' or 'uniform'")
+        raise ValueError(f"init={init!r}: expected 'proportional', 'uniform' or 'directed'")
     return collections.OrderedDict(
         w1=(rng.standard_normal((n_in, hidden)) / np.sqrt(n_in)).astype(np.float32),
         b1=np.zeros(hidden, np.float32),
