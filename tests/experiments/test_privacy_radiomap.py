@@ -174,3 +174,36 @@ def test_an_attack_larger_than_the_data_is_refused_before_training(config, tmp_p
     with pytest.raises(experiment.DataTooSmallError, match="--attack_train_traces=500 --attack_test_traces=10: expected together at most the 24 samples of"):
         experiment.run(big, str(tmp_path / "run"), progress=False)
     assert not os.path.exists(tmp_path / "run" / "config.json")
+
+
+def test_an_adaptive_run_with_the_attack_is_the_same_run_to_run_and_across_a_resume(tff_runtime, config, cached_trainers, tmp_path, monkeypatch):
+    """The attack's noise, the allocator's picks and noise, and its proxy attacker and optimizer
+    state (saved beside the program state) make a resumed run equal to an uninterrupted one."""
+    monkeypatch.setattr(experiment, "build_trainer", cached_trainers)
+    adaptive = dataclasses.replace(config, defense="adaptive", attack_every=1, attack_train_traces=16, attack_test_traces=8)
+    first, second, resumed = (str(tmp_path / name) for name in ("first", "second", "resumed"))
+    experiment.run(adaptive, first, progress=False)
+    experiment.run(adaptive, second, progress=False)
+    assert experiment.run(adaptive, resumed, progress=False, stop_after_round=2) == {"stopped_after_round": 2}
+    assert sorted(os.listdir(os.path.join(resumed, "allocator_state"))) == ["round_1.npz", "round_2.npz"]
+    experiment.run(adaptive, resumed, progress=False)
+
+    rows = {name: _rows(str(tmp_path / name)) for name in ("first", "second", "resumed")}
+    checked = [k for k in rows["first"][0] if k.startswith(("attack_", "allocator/")) or k in ("train_loss", "val_mse")]
+    assert {"attack_rmse_m", "allocator/proxy_loss", "allocator/weight_residual"} <= set(checked)
+    for name in ("second", "resumed"):
+        assert [r["round"] for r in rows[name]] == ["1", "2", "3"]
+        for a, b in zip(rows["first"], rows[name]):
+            for key in checked:
+                np.testing.assert_allclose(float(b[key]), float(a[key]), rtol=1e-5, err_msg=f"{name} round {a['round']} {key}")
+    assert all(float(r["allocator/skipped"]) == 0 for r in rows["first"])
+
+
+def test_resuming_an_adaptive_run_without_its_allocator_state_is_refused(tff_runtime, config, cached_trainers, tmp_path, monkeypatch):
+    monkeypatch.setattr(experiment, "build_trainer", cached_trainers)
+    adaptive = dataclasses.replace(config, defense="adaptive")
+    out = str(tmp_path / "run")
+    experiment.run(adaptive, out, progress=False, stop_after_round=1)
+    os.remove(os.path.join(out, "allocator_state", "round_1.npz"))
+    with pytest.raises(FileNotFoundError, match="round_1.npz: the adaptive allocator's state saved with round 1 is missing"):
+        experiment.run(adaptive, out, progress=False)

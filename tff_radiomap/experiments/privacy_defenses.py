@@ -110,16 +110,31 @@ class PrivacyHooks:
         factory = self.factories.get(phase)
         if not isinstance(factory, AdaptiveGroupNoiseFactory):
             return state, {}
+        trainer_of_phase = self._allocator_trainer(phase, factory)
+        model = self._model(phase, trainer.network_weights(state))
+        eta, measurements = trainer_of_phase.round(
+            model, self._client_optimizer(), self.attacker_pool, aggregator_extras(state, factory), steps=cfg.attack_steps
+        )
+        return replace_extras(state, eta=eta), {f"allocator/{k}": v for k, v in measurements.items()}
+
+    def _allocator_trainer(self, phase: Phase, factory) -> allocator.AllocatorTrainer:
         if phase not in self.allocator_trainer:
+            cfg = self.config
             self.allocator_trainer[phase] = allocator.AllocatorTrainer(
                 factory,
                 allocator.AllocatorConfig(lambda_p=cfg.allocator_lambda_p, lambda_h=cfg.allocator_lambda_h, seed=cfg.seed, map_size_m=cfg.map_size_m),
             )
-        model = self._model(phase, trainer.network_weights(state))
-        eta, measurements = self.allocator_trainer[phase].round(
-            model, self._client_optimizer(), self.attacker_pool, aggregator_extras(state, factory), steps=cfg.attack_steps
-        )
-        return replace_extras(state, eta=eta), {f"allocator/{k}": v for k, v in measurements.items()}
+        return self.allocator_trainer[phase]
+
+    def allocator_state(self) -> dict:
+        """Arrays of every phase's allocator trainer (proxy, optimizer slots), for checkpoints."""
+        return {f"{int(p)}/{k}": v for p, t in self.allocator_trainer.items() for k, v in t.state().items()}
+
+    def restore_allocator(self, arrays: dict) -> None:
+        """Undoes `allocator_state()` (on hooks that have not trained yet)."""
+        for phase in {Phase(int(k.split("/", 1)[0])) for k in arrays}:
+            prefix = f"{int(phase)}/"
+            self._allocator_trainer(phase, self.factories[phase]).restore({k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)})
 
 
 def attacker_pool(data, map_positions) -> dict:

@@ -228,7 +228,7 @@ class DataTooSmallError(ValueError):
     """The data set cannot serve the configuration (e.g. fewer samples than the attack needs)."""
 
 
-RUN_FILES = ("config.json", "metrics.csv", "summary.json", "program_state", "tensorboard")
+RUN_FILES = ("config.json", "metrics.csv", "summary.json", "program_state", "tensorboard", "allocator_state")
 
 
 def _check_config(config: ExperimentConfig, output_dir: str) -> bool:
@@ -295,6 +295,7 @@ def run(
     loop = asyncio.new_event_loop()
     try:
         program_state, done = _restore(loop, states, trainer)
+        _restore_allocator(output_dir, hooks, done)
         # Rows of rounds after the saved state (and a row cut short by a kill) go before resuming.
         run_folder.truncate_csv(os.path.join(output_dir, "metrics.csv"), done)
         releases = tff.program.GroupingReleaseManager([
@@ -307,6 +308,7 @@ def run(
         for round_num in range(done + 1, config.rounds + 1):
             row = _train_round(config, data, trainer, evaluator, program_state, round_num, hooks)
             loop.run_until_complete(releases.release(row, key=round_num))
+            _save_allocator(output_dir, hooks, round_num)  # Before the program state: resume needs both.
             loop.run_until_complete(states.save(_to_saved(trainer, program_state), round_num))
             bar.update(1)
             bar.set_postfix(phase=row["phase"], val_mse_db=f"{row['val_mse_db']:.2f}")
@@ -439,6 +441,41 @@ def _to_saved(trainer, program_state):
     saved = collections.OrderedDict(program_state)
     saved["trainer_state"] = trainer.to_program_state(program_state["trainer_state"])
     return saved
+
+
+def _allocator_path(output_dir: str, round_num: int) -> str:
+    return os.path.join(output_dir, "allocator_state", f"round_{round_num}.npz")
+
+
+def _save_allocator(output_dir: str, hooks, round_num: int, keep: int = 3) -> None:
+    """The adaptive allocator's trainer (proxy attacker, optimizer slots) after `round_num`,
+    written atomically; the `keep` newest files stay (as the program states do)."""
+    arrays = hooks.allocator_state() if hooks is not None else {}
+    if not arrays:
+        return
+    path = _allocator_path(output_dir, round_num)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}.npz"
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+    for old in range(round_num - keep, 0, -1):
+        if not os.path.exists(_allocator_path(output_dir, old)):
+            break
+        os.remove(_allocator_path(output_dir, old))
+
+
+def _restore_allocator(output_dir: str, hooks, done: int) -> None:
+    """Loads the allocator trainer saved with round `done`'s program state, if the run has one."""
+    if hooks is None or done == 0 or hooks.config.defense != "adaptive":
+        return
+    path = _allocator_path(output_dir, done)
+    if not os.path.exists(path):
+        raise FileNotFoundError(
+            f"{path}: the adaptive allocator's state saved with round {done} is missing; the run cannot resume "
+            "exactly (start again with --overwrite)"
+        )
+    with np.load(path) as saved:
+        hooks.restore_allocator({k: saved[k] for k in saved.files})
 
 
 def _restore(loop, states, trainer):
