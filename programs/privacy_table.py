@@ -80,8 +80,11 @@ def main(argv):
         cleared.add(run_dir)
         return experiment.run(config, run_dir, progress=True, overwrite=overwrite)
 
+    def floors(config):
+        return privacy_table.mse_floors(experiment.load_data(config))
+
     try:
-        result = common.supervised(lambda: privacy_table.run_table(base, FLAGS.methods, seeds, FLAGS.output_dir, run_fn=run_one), local)
+        result = common.supervised(lambda: privacy_table.run_table(base, FLAGS.methods, seeds, FLAGS.output_dir, run_fn=run_one, floors_fn=floors), local)
     except experiment.ConfigMismatchError as exc:
         common.refuse_other_run("output_dir", FLAGS.output_dir, exc)
     except radiomapseer.DataLayoutError as exc:

@@ -57,3 +57,28 @@ def test_every_run_goes_through_run_fn_then_the_table_is_written(tmp_path):
     out = pt.run_table(_Config(), ["none", "uniform"], [0], root, run_fn=lambda c, d: calls.append((c, d)))
     assert calls == [(_Config(m, 0), os.path.join(root, f"{m}_s0")) for m in ("none", "uniform")]
     assert os.path.exists(out["table_md"])
+
+
+class _Data:
+    def __init__(self):
+        self.val = (None, [[[0.0], [0.2]], [[0.4], [0.2]]])  # Two 2-pixel maps.
+
+    def pooled_train(self):
+        return None, [[[0.2], [0.2]], [[0.2], [0.4]]]
+
+
+def test_floors_are_written_once_and_shown_with_the_runs_and_a_skipped_attack_says_so(tmp_path):
+    root = str(tmp_path)
+    _fake_run(root, "none", 0, -10.0, 20.0)
+    _fake_run(root, "uniform", 0, 300.0, float("nan"))  # Diverged: round 3's attack was skipped.
+    floors = pt.mse_floors(_Data())
+    assert floors["zero_output_mse"] == pytest.approx((0.04 + 0.16 + 0.04) / 4)
+    assert floors["train_mean_map_mse"] == pytest.approx((0.04 + 0.01 + 0.04 + 0.01) / 4)  # Mean map (0.2, 0.3).
+    calls = []
+    out = pt.run_table(_Config(), ["none", "uniform"], [0], root, run_fn=lambda c, d: None, floors_fn=lambda c: calls.append(c) or floors)
+    pt.run_table(_Config(), ["none", "uniform"], [0], root, run_fn=lambda c, d: None, floors_fn=lambda c: calls.append(c) or floors)
+    assert calls == [_Config()]  # Computed once, then read from floors.json.
+    table = open(out["table_md"]).read()
+    assert f"all-zero output {floors['zero_output_db']:.2f} dB" in table and f"training maps {floors['train_mean_map_db']:.2f} dB" in table
+    assert "| Uniform Noise | 300.00 +- 0.00 | 30.00 +- 0.00 (round 1: later attacks skipped, model diverged) | 100.00 |" in table
+    assert "| No Defense | -10.00 +- 0.00 | 20.00 +- 0.00 | 100.00 |" in table

@@ -7,6 +7,14 @@
                             over seeds, per method, with the constant-guess floor
     fig2.png                (a) validation MSE in dB per round, (b) attacker RMSE per round
                             (mean over seeds), one line per method, the constant guess dashed
+    floors.json             the validation MSE of two predictors that learned nothing: all-zero
+                            output, and the per-pixel mean of the training maps
+
+Both columns have floors, so that a number can be read: a model whose best MSE is the all-zero
+output's has learned nothing (at nu = 3 a collapsed model sits exactly there), and an attacker at
+the constant guess has found nothing. "Final attacker RMSE" is the attack at the last round where
+it ran; when a run's attack was skipped at later rounds (the model had diverged and its traces were
+not finite) the table says at which round that last attack was.
 """
 
 from __future__ import annotations
@@ -17,6 +25,8 @@ import json
 import os
 
 import numpy as np
+
+from tff_radiomap.runtime import run_folder
 
 METHODS = ("none", "fedsgd", "clip", "uniform", "directed", "adaptive")
 LABELS = {
@@ -37,18 +47,32 @@ def read_metrics(run_dir: str) -> list[dict]:
         return [{k: (float(v) if v not in ("", None) else float("nan")) for k, v in row.items()} for row in csv.DictReader(f)]
 
 
-def run_table(base_config, methods, seeds, output_dir: str, run_fn, progress: bool = True) -> dict:
+def run_table(base_config, methods, seeds, output_dir: str, run_fn, progress: bool = True, floors_fn=None) -> dict:
     """Runs every (method, seed) through `run_fn(config, run_dir)` and writes the table and figure.
 
     `run_fn` resumes a partial run and returns a finished one as it is (as
     `privacy_radiomap.run` does, after checking that the folder holds the same configuration).
+    `floors_fn(base_config)` (optional) gives the MSE floors (`mse_floors`), written once to
+    floors.json.
     """
     os.makedirs(output_dir, exist_ok=True)
+    floors_path = os.path.join(output_dir, "floors.json")
+    if floors_fn is not None and not os.path.exists(floors_path):
+        run_folder.write_json(floors_path, floors_fn(base_config))
     for seed in seeds:  # Seed by seed: an interrupted table has every method for its first seeds.
         for method in methods:
             run_dir = os.path.join(output_dir, f"{method}_s{seed}")
             run_fn(dataclasses.replace(base_config, defense=method, seed=seed), run_dir)
     return write_results(output_dir, methods, seeds)
+
+
+def mse_floors(data) -> dict:
+    """Validation MSE (and dB) of the all-zero output and of the per-pixel mean training map."""
+    y_val = np.asarray(data.val[1], np.float64)
+    mean_map = np.mean(data.pooled_train()[1], axis=0, dtype=np.float64)
+    zero = float(np.mean(y_val**2))
+    mean = float(np.mean((y_val - mean_map) ** 2))
+    return {"zero_output_mse": zero, "zero_output_db": 10 * np.log10(zero), "train_mean_map_mse": mean, "train_mean_map_db": 10 * np.log10(mean)}
 
 
 def _stat(values):
@@ -64,7 +88,8 @@ def write_results(output_dir: str, methods, seeds) -> dict:
         runs = [read_metrics(os.path.join(output_dir, f"{method}_s{s}")) for s in seeds]
         summaries = [json.load(open(os.path.join(output_dir, f"{method}_s{s}", "summary.json"))) for s in seeds]
         best_db = _stat([s["best_val_mse_db"] for s in summaries])
-        final_attack = _stat([_last(r, "attack_rmse_m") for r in runs])
+        last = [_last_attack(r) for r in runs]
+        final_attack = _stat([a for a, _ in last])
         floor = _stat([_last(r, "attack_constant_rmse_m") for r in runs])
         rows.append({
             "method": LABELS.get(method, method),
@@ -73,6 +98,8 @@ def write_results(output_dir: str, methods, seeds) -> dict:
             "final_attack_rmse_m_mean": final_attack[0],
             "final_attack_rmse_m_std": final_attack[1],
             "constant_guess_rmse_m": floor[0],
+            "last_attack_round": min((k for _, k in last), default=0),
+            "rounds": max(int(r[-1]["round"]) if r else 0 for r in runs),
         })
         curves[method] = runs
     with open(os.path.join(output_dir, "table1.csv"), "w", newline="") as f:
@@ -86,14 +113,36 @@ def write_results(output_dir: str, methods, seeds) -> dict:
         "| --- | --- | --- | --- |",
     ]
     for r in rows:
+        at = "" if r["last_attack_round"] >= r["rounds"] else f" (round {r['last_attack_round']}: later attacks skipped, model diverged)"
         lines.append(
             f"| {r['method']} | {r['best_val_mse_db_mean']:.2f} +- {r['best_val_mse_db_std']:.2f} | "
-            f"{r['final_attack_rmse_m_mean']:.2f} +- {r['final_attack_rmse_m_std']:.2f} | {r['constant_guess_rmse_m']:.2f} |"
+            f"{r['final_attack_rmse_m_mean']:.2f} +- {r['final_attack_rmse_m_std']:.2f}{at} | {r['constant_guess_rmse_m']:.2f} |"
         )
+    floors = _read_floors(output_dir)
+    if floors:
+        lines += [
+            "",
+            f"Predictors that learned nothing: all-zero output {floors['zero_output_db']:.2f} dB, "
+            f"per-pixel mean of the training maps {floors['train_mean_map_db']:.2f} dB (validation MSE).",
+        ]
     with open(os.path.join(output_dir, "table1.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
-    _figure(os.path.join(output_dir, "fig2.png"), curves)
+    _figure(os.path.join(output_dir, "fig2.png"), curves, floors)
     return {"rows": rows, "table_md": os.path.join(output_dir, "table1.md"), "figure": os.path.join(output_dir, "fig2.png")}
+
+
+def _read_floors(output_dir: str) -> dict | None:
+    path = os.path.join(output_dir, "floors.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def _last_attack(rows) -> tuple[float, int]:
+    """(attacker RMSE, round) of the last round where the attack ran; (nan, 0) if none."""
+    done = [(r["attack_rmse_m"], int(r["round"])) for r in rows if np.isfinite(r.get("attack_rmse_m", np.nan))]
+    return done[-1] if done else (float("nan"), 0)
 
 
 def _last(rows, key):
@@ -108,23 +157,28 @@ def _mean_curve(runs, key):
     return rounds, means
 
 
-def _figure(path, curves):
+def _figure(path, curves, mse_floors=None):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (ax_a, ax_b) = plt.subplots(1, 2, figsize=(11, 4))
-    floors = []
+    attack_floors = []
     for method, runs in curves.items():
         r, m = _mean_curve(runs, "val_mse_db")
         ax_a.plot(r, m, label=LABELS.get(method, method))
         r, m = _mean_curve(runs, "attack_rmse_m")
         if r:
             ax_b.plot(r, m, marker="o", label=LABELS.get(method, method))
-        floors += [x for run in runs for x in [row.get("attack_constant_rmse_m", np.nan) for row in run] if np.isfinite(x)]
-    if floors:
-        ax_b.axhline(float(np.mean(floors)), color="k", linestyle="--", label="constant guess")
+        attack_floors += [x for run in runs for x in [row.get("attack_constant_rmse_m", np.nan) for row in run] if np.isfinite(x)]
+    if attack_floors:
+        ax_b.axhline(float(np.mean(attack_floors)), color="k", linestyle="--", label="constant guess")
+    if mse_floors:
+        ax_a.axhline(mse_floors["zero_output_db"], color="k", linestyle=":", label="all-zero output")
+        ax_a.axhline(mse_floors["train_mean_map_db"], color="k", linestyle="--", label="mean training map")
+        ax_a.legend(fontsize=8)
+        ax_a.set_ylim(top=mse_floors["zero_output_db"] + 15)  # A diverged run (hundreds of dB) would flatten the rest.
     ax_a.set(xlabel="round", ylabel="validation MSE (dB)", title="(a) reconstruction")
     ax_b.set(xlabel="round", ylabel="attacker RMSE (m)", title="(b) localization attack")
     for ax in (ax_a, ax_b):
