@@ -8,7 +8,8 @@ Directed Uniform's allocation when the groups have a non-empty transmitter-sensi
 (`allocator_net.init_params(init='directed')`: a share of 1e-9 of B on the other groups), else at
 Uniform Noise's (`init='proportional'`); `init=` chooses. At nu = 3 Uniform Noise's allocation
 destroys a RadioUNet in one round (noise ~400x the update), and an allocator started there
-learns from a broken model. The allocator training of
+learns from a broken model (at nu = 3 Directed Uniform's allocation also ends at a collapsed
+model on the default data; see bench/RESULTS.md). The allocator training of
 Eqs. (20)-(21) (`tff_radiomap.privacy.allocator`) replaces eta between rounds with
 `client_perturbation.with_extras(state, eta=...)`. The state also holds the round index r (it
 advances every round; the summary uses r / total_rounds) and the phase indicator.

@@ -23,16 +23,16 @@ sigma_full_g = sqrt(B / d_g) is the largest sigma group g can get (all of B). Ea
 run once on the picked samples (22 forward passes); h_g between probes is linear in log sigma
 (made non-negative and non-decreasing), below the smallest probe it falls as sigma^2. It is
 differentiable in eta through sigma_g, and it measures instead of assuming: a second-order
-(Fisher) estimate, which we tried first, grows without bound in sigma^2 and ranks Directed Uniform
-(all of B on ~170 coordinates) as 8x worse than Uniform Noise, while in fact Uniform Noise at nu = 3
-destroys the model and Directed Uniform only the transmitter-reading kernel slices. Harm is taken as
+(Fisher) estimate, which we tried first, grows without bound in sigma^2 far outside the range where
+it holds (at nu = 3 the noise is ~400x a RadioUNet update) and its ranking of allocations there
+means nothing. The measured curves saturate where the damage does. Harm is taken as
 additive over groups. L_task = 1 means "hurts the task as much as Uniform Noise".
 
 L_proxy enters Eq. (21) capped at the loss of the best constant guess on the batch: a proxy worse
 than guessing the mean position is no attacker, and making it worse still buys no privacy (an
 untrained proxy's loss can be 10^3 times the guess's and would drown L_task).
 
-Determinism: the traces picked, the reparameterization noise and the noise of H_g are functions of
+Determinism: the traces picked, the reparameterization noise and the probes' noise are functions of
 (seed, round index), and `state()` / `restore()` carry the proxy's weights and both optimizers'
 slots, so a run resumed from a checkpoint continues exactly as the uninterrupted one.
 
