@@ -31,12 +31,16 @@ def test_local_context_runs_and_stops_its_worker():
     def mean(x):
         return tff.federated_mean(x)
 
+    before = tff.framework.get_context_stack().current
     with workers.local_execution_context() as runtime:
         pid = runtime.worker.pid
         assert mean([1.0, 2.0, 6.0]) == pytest.approx(3.0)
         assert runtime.worker.alive() and pid in workers.live_worker_pids()
         assert os.path.exists(runtime.worker.log_path)
+        assert tff.framework.get_context_stack().current is runtime.context
     assert _gone(pid) and pid not in workers.live_worker_pids()
+    # The previous context is back (later computations do not go to the stopped worker).
+    assert tff.framework.get_context_stack().current is before
 
 
 def test_restart_replaces_a_killed_worker():

@@ -261,13 +261,16 @@ def install_local_context() -> LocalRuntime:
 
 @contextlib.contextmanager
 def local_execution_context() -> Iterator[LocalRuntime]:
-    """Runs TFF computations on a fresh local worker that is stopped when the block ends."""
+    """Runs TFF computations on a fresh local worker that is stopped when the block ends; the
+    previous default context is reinstalled then (it is not left pointing at a stopped worker)."""
+    previous = tff.framework.get_context_stack().current
     runtime = LocalRuntime(WorkerProcess())
     runtime.install()
     try:
         yield runtime
     finally:
         runtime.close()
+        tff.framework.set_default_context(previous)
 
 
 def parse_addresses(spec: str) -> list[str]:
