@@ -37,6 +37,7 @@ CASES = {
         (["--noise_multiplier=-1"], "--noise_multiplier=-1.0: expected a non-negative number"),
         (["--clip_norm=-0.5"], "--clip_norm=-0.5: expected a positive number"),
         (["--clip_norm=nan"], "--clip_norm=nan: expected a positive number"),
+        (["--clip_norm=0"], "--clip_norm=0.0: expected a positive number"),
         (["--sigma_min=-1"], "--sigma_min=-1.0: expected a non-negative number"),
         (["--defense=bogus"], "--defense='bogus': expected one of"),
         (["--centralised", "--defense=uniform"], "--defense='uniform': expected 'none' with --centralised"),
@@ -56,6 +57,7 @@ CASES = {
         (["--data_root=" + MISSING], f"--data_root='{MISSING}': expected an existing folder"),
         (["--data_root={flat}"], "expected a folder in the RadioMapSeer layout; it lacks png/buildings_complete/"),
         (["--output_dir={unwritable}"], "--output_dir='{unwritable}': cannot create the folder"),
+        (["--workers=nohost"], "--workers='nohost': --workers entry 'nohost': expected host:port"),
         (["extra"], "unexpected positional arguments ['extra']"),
     ],
     "privacy_table": [
@@ -86,6 +88,7 @@ CASES = {
         (["--rounds=8", "--inject_nan_client=8:0"], "--inject_nan_client='8:0': expected ROUND:CLIENT with ROUND in 0..7"),
         (["--map_id=-1"], "--map_id=-1: expected an integer >= 0"),
         (["--map_id=7"], "--data_root="),  # No map 7 in the set: the missing file is named.
+        (["--workers=nohost"], "--workers='nohost': --workers entry 'nohost': expected host:port"),
         (["--data_root=" + MISSING], f"--data_root='{MISSING}': expected an existing folder"),
         (["--data_root={flat}"], "it lacks png/buildings_complete/"),
         (["--out={unwritable}"], "--out='{unwritable}': cannot create the folder"),
@@ -121,12 +124,18 @@ BASE = {
 }
 
 
+# Argument lists run after a program's CASES in the same harness process, by name.
+EXTRA = {"epfl_remnet": {"corrupt_data": ["--data_root={corrupt}", "--out={out}/ec"]}}
+
+
 @pytest.fixture(scope="module")
 def outcomes(roots):
-    """program -> [outcome of BASE alone, then of each case], from one harness process a program."""
+    """program -> [outcome of BASE alone, then of each case, then of each EXTRA], from one
+    harness process a program."""
     results = {}
     for program, cases in CASES.items():
-        arg_lists = [BASE[program]] + [BASE[program] + args for args, _ in cases]
+        extra = list(EXTRA.get(program, {}).values())
+        arg_lists = [BASE[program]] + [BASE[program] + args for args, _ in cases] + extra
         arg_lists = [[a.format(**roots) for a in args] for args in arg_lists]
         proc = subprocess.run(
             [sys.executable, "-m", "tests.programs.flag_harness", program, json.dumps(arg_lists)],
@@ -168,11 +177,6 @@ def test_a_corrupt_gain_file_is_named_by_epfl_remnet(outcomes_corrupt_rem):
 
 
 @pytest.fixture(scope="module")
-def outcomes_corrupt_rem(roots):
-    args = [f"--data_root={roots['corrupt']}", f"--out={roots['out']}/ec"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.programs.flag_harness", "epfl_remnet", json.dumps([args])],
-        cwd=processes.ROOT, capture_output=True, text=True, timeout=processes.TIMEOUT_S,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])[0]
+def outcomes_corrupt_rem(outcomes):
+    names = list(EXTRA["epfl_remnet"])
+    return outcomes["epfl_remnet"][1 + len(CASES["epfl_remnet"]) + names.index("corrupt_data")]
