@@ -9,6 +9,9 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 TFF    := tensorflow-federated==0.87.0
 PYTEST_ARGS ?=
+# Test processes (pytest-xdist), one file each at a time: most of a file's time is program
+# start-ups and TFF compilation on one core, so two share a 2-core machine well. 0: one process.
+TEST_WORKERS ?= 2
 DEMO_ARGS ?=
 
 .PHONY: venv demo test bench clean-venv
@@ -28,7 +31,7 @@ demo: $(STAMP)
 	$(PY) -m programs.demo $(DEMO_ARGS)
 
 test: $(STAMP)
-	$(PY) -m pytest -q tests $(PYTEST_ARGS)
+	$(PY) -m pytest -q tests -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(PY) -m bench.synthetic_speed

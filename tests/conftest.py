@@ -1,6 +1,7 @@
 """Test-session plumbing: one TFF worker we own for the whole session, stopped at the end."""
 
 import os
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -19,8 +20,8 @@ def tff_runtime():
 
 def pytest_sessionfinish(session, exitstatus):
     # Whatever a test started (extra workers, a failed fixture), nothing outlives the session.
-    try:
-        from tff_radiomap.runtime import workers
-    except ImportError:
-        return
-    workers.stop_all_workers()
+    # A process that never imported the module started none (pytest-xdist's controller, say):
+    # it need not import TensorFlow to find that out.
+    workers = sys.modules.get("tff_radiomap.runtime.workers")
+    if workers is not None:
+        workers.stop_all_workers()
