@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from tff_radiomap.privacy import allocator_net
 from tff_radiomap.privacy import budget as b
@@ -74,3 +75,15 @@ def test_proportional_init_is_uniform_noise():
     eta["w2"][:] = 0
     w = b.masked_softmax(allocator_net.logits(eta, s), sizes).numpy()
     np.testing.assert_allclose(w, sizes / sizes.sum(), rtol=1e-5)
+
+
+def test_batched_summaries_equal_the_summary_of_each_upload():
+    rng = np.random.default_rng(3)
+    shapes = [(4, 5), (7,), (2, 3, 2)]
+    ids = [tf.constant(rng.integers(0, 3, size=s), tf.int32) for s in shapes]
+    sizes = np.bincount(np.concatenate([i.numpy().ravel() for i in ids]), minlength=3)
+    uploads = [[tf.constant(rng.normal(size=s), tf.float32) for s in shapes] for _ in range(5)]
+    batch = allocator_net.summary_statistics_batch([tf.stack(t) for t in zip(*uploads)], ids, sizes, 2.0, 0.4, 1).numpy()
+    assert batch.shape == (5, allocator_net.summary_size(3))
+    for m, upload in enumerate(uploads):
+        np.testing.assert_allclose(batch[m], allocator_net.summary_statistics(upload, ids, sizes, 2.0, 0.4, 1).numpy(), rtol=1e-6)

@@ -200,13 +200,9 @@ class AllocatorTrainer:
         transposed = transposed_flags(model)
         n = len(pick)
         fraction = min(round_index / self.factory.total_rounds, 1.0)
-        summaries = tf.stack(
-            [
-                allocator_net.summary_statistics([u[i, s] for u in stacked], self.ids, self.groups.sizes, self.factory.clip_norm, fraction, extras["phase"])
-                for i in range(n)
-                for s in range(steps)
-            ]
-        )
+        # Trace i, step s is row i * S + s.
+        flat = [tf.reshape(u, [n * steps] + u.shape.as_list()[2:]) for u in stacked]
+        summaries = allocator_net.summary_statistics_batch(flat, self.ids, self.groups.sizes, self.factory.clip_norm, fraction, extras["phase"])
 
         def allocation():
             w = budget_lib.masked_softmax(allocator_net.logits(eta, summaries), self.groups.sizes)

@@ -38,17 +38,23 @@ def summary_statistics(flat, group_ids, group_sizes, clip_norm: float, round_fra
     Returns:
       float32 [4G + 3].
     """
+    return summary_statistics_batch([tf.expand_dims(x, 0) for x in flat], group_ids, group_sizes, clip_norm, round_fraction, phase)[0]
+
+
+def summary_statistics_batch(flat, group_ids, group_sizes, clip_norm: float, round_fraction, phase):
+    """`summary_statistics` of M uploads at once: each tensor of `flat` has a leading axis M
+    (upload m is [t[m] for t in flat]); returns float32 [M, 4G + 3]."""
     sizes = tf.cast(tf.convert_to_tensor(group_sizes), tf.float32)
     g = int(sizes.shape[0])
-    sq = tf.zeros([g])
-    absum = tf.zeros([g])
-    total = tf.zeros([g])
+    m = tf.shape(flat[0])[0]
+    sq = absum = total = tf.zeros([g, m])
     for x, ids in zip(flat, group_ids):
-        x = tf.reshape(tf.cast(x, tf.float32), [-1])
+        x = tf.transpose(tf.reshape(tf.cast(x, tf.float32), [m, -1]))  # [coordinates, M]
         ids = tf.reshape(ids, [-1])
         sq += tf.math.unsorted_segment_sum(tf.square(x), ids, g)
         absum += tf.math.unsorted_segment_sum(tf.abs(x), ids, g)
         total += tf.math.unsorted_segment_sum(x, ids, g)
+    sq, absum, total = tf.transpose(sq), tf.transpose(absum), tf.transpose(total)  # [M, G]
     safe = tf.maximum(sizes, 1.0)
     norm_g = tf.sqrt(sq)
     mean_abs = absum / safe
@@ -57,10 +63,12 @@ def summary_statistics(flat, group_ids, group_sizes, clip_norm: float, round_fra
     per_coord_scale = clip_norm / tf.sqrt(safe)
     d = tf.reduce_sum(sizes)
     present = tf.cast(sizes > 0, tf.float32)
-    per_group = tf.stack([norm_g / clip_norm, mean_abs / per_coord_scale, std / per_coord_scale, sizes / d], axis=1) * present[:, None]
-    global_norm = tf.sqrt(tf.reduce_sum(sq)) / clip_norm
-    tail = tf.stack([global_norm, tf.cast(round_fraction, tf.float32), tf.cast(phase, tf.float32)])
-    return tf.concat([tf.reshape(per_group, [-1]), tail], axis=0)
+    per_group = tf.stack([norm_g / clip_norm, mean_abs / per_coord_scale, std / per_coord_scale, tf.broadcast_to(sizes / d, tf.shape(sq))], axis=2)
+    per_group *= present[None, :, None]
+    global_norm = tf.sqrt(tf.reduce_sum(sq, axis=1)) / clip_norm
+    ones = tf.ones_like(global_norm)
+    tail = tf.stack([global_norm, ones * tf.cast(round_fraction, tf.float32), ones * tf.cast(phase, tf.float32)], axis=1)
+    return tf.concat([tf.reshape(per_group, [m, 4 * g]), tail], axis=1)
 
 
 def init_params(
