@@ -455,9 +455,7 @@ def _save_allocator(output_dir: str, hooks, round_num: int, keep: int = 3) -> No
         return
     path = _allocator_path(output_dir, round_num)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}.npz"
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
+    run_folder.write_npz(path, arrays)
     for old in range(round_num - keep, 0, -1):
         if not os.path.exists(_allocator_path(output_dir, old)):
             break

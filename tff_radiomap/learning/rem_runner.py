@@ -118,9 +118,7 @@ def save_checkpoint(path: str, server_state, store: ClientStateStore, meta: dict
     arrays = {f"server/{j}": np.asarray(leaf) for j, leaf in enumerate(tf.nest.flatten(server_state))}
     arrays.update(store.flat())
     arrays["meta"] = np.asarray(json.dumps(meta))
-    tmp = path + ".tmp.npz"
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)  # Never leave a half-written checkpoint.
+    run_folder.write_npz(path, arrays)  # Never leave a half-written checkpoint.
 
 
 def load_checkpoint(path: str, server_template, store: ClientStateStore):

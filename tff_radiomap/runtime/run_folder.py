@@ -2,7 +2,7 @@
 
 A run may be killed (SIGKILL, a lost machine) at any instruction. What it leaves must let the same
 command resume without losing or duplicating a round:
-  - JSON files (config, summary, final results) are written to a temporary file and renamed, so a
+  - JSON and .npz files (config, summary, final results, checkpoints) are written to a temporary file and renamed, so a
     reader finds the old content or the new one, never half of it;
   - the metrics CSV gets one row per finished round, appended; on resume `truncate_csv` keeps the
     rows up to the last saved round, in order, and drops everything after it (rows of rounds that
@@ -19,6 +19,8 @@ import os
 import shutil
 from collections.abc import Iterable
 
+import numpy as np
+
 
 class RunFolderConflict(ValueError):
     """The folder holds a run with another configuration (resume refused, `--overwrite` needed)."""
@@ -29,6 +31,13 @@ def write_json(path: str, content) -> None:
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w") as f:
         json.dump(content, f, indent=2, sort_keys=True, default=str)
+    os.replace(tmp, path)
+
+
+def write_npz(path: str, arrays: dict) -> None:
+    """Writes `arrays` (name -> array) as an .npz file at `path` atomically (temporary file, then rename)."""
+    tmp = f"{path}.tmp{os.getpid()}.npz"
+    np.savez(tmp, **arrays)
     os.replace(tmp, path)
 
 
