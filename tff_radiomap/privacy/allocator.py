@@ -191,9 +191,9 @@ class AllocatorTrainer:
         eta = self._eta_variables(extras["eta"])
         unchanged = collections.OrderedDict((k, np.asarray(v, np.float32)) for k, v in extras["eta"].items())
         stacked = self._clean_traces(model, optimizer, x, y, steps)
-        log_sigma, harm = (tf.constant(a) for a in self._harm_curves(model, tf.constant(x), tf.constant(y), (cfg.seed, 2 * round_index + 1)))
         if not all(np.isfinite(u.numpy()).all() for u in stacked):
             return unchanged, {"skipped": 1.0}
+        log_sigma, harm = (tf.constant(a) for a in self._harm_curves(model, tf.constant(x), tf.constant(y), (cfg.seed, 2 * round_index + 1)))
         uniform_sigma = tf.fill([1, len(self.groups.names)], float(self.factory.clip_norm * self.factory.noise_multiplier))
         uniform_task = float(self._task_harm(uniform_sigma, log_sigma, harm)[0]) + 1e-30
         constant_guess = float(tf.reduce_mean(tf.reduce_sum(tf.square(target - tf.reduce_mean(target, 0)), axis=1)))
