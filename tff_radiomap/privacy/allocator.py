@@ -216,24 +216,25 @@ class AllocatorTrainer:
         if self.proxy is None or self.proxy.input_shape[-1] != first.shape[-1]:
             self._build_proxy(int(first.shape[-1]))
 
-        def proxy_loss(sigma, seed):
-            feats = (self._features(stacked, sigma, transposed, seed) - mu) / sd
-            return tf.reduce_mean(tf.reduce_sum(tf.square(self.proxy(tf.clip_by_value(feats, -10, 10)) - target), axis=1))
+        def proxy_loss(feats):
+            return tf.reduce_mean(tf.reduce_sum(tf.square(self.proxy(feats) - target), axis=1))
 
         history = collections.defaultdict(list)
         for step in range(cfg.steps):
             seed = (cfg.seed, 2 * round_index * 1000 + 1 + step)  # One noise draw per step, shared by both updates.
-            # Proxy step (Eq. (20)): the attacker adapts to the current allocation.
-            _, sigma = allocation()
-            with tf.GradientTape() as tape:
-                l_proxy = proxy_loss(tf.stop_gradient(sigma), seed)
-            grads = tape.gradient(l_proxy, self.proxy.trainable_variables)
-            self.psi_optimizer.apply_gradients(zip(grads, self.proxy.trainable_variables))
-            # Allocator step (Eq. (21)).
             with tf.GradientTape() as tape:
                 w, sigma = allocation()
+                feats = tf.clip_by_value((self._features(stacked, sigma, transposed, seed) - mu) / sd, -10, 10)
+                # Proxy step (Eq. (20)): the attacker adapts to the current allocation (eta fixed:
+                # the same privatized features, outside the allocator's gradient).
+                with tape.stop_recording():
+                    with tf.GradientTape() as proxy_tape:
+                        l_proxy = proxy_loss(tf.stop_gradient(feats))
+                    grads = proxy_tape.gradient(l_proxy, self.proxy.trainable_variables)
+                    self.psi_optimizer.apply_gradients(zip(grads, self.proxy.trainable_variables))
+                # Allocator step (Eq. (21)), against the updated proxy.
                 l_task = tf.reduce_mean(self._task_harm(sigma, log_sigma, harm)) / uniform_task
-                l_adv = tf.minimum(proxy_loss(sigma, seed), constant_guess)
+                l_adv = tf.minimum(proxy_loss(feats), constant_guess)
                 entropy = tf.reduce_mean(budget_lib.entropy(w))
                 loss = l_task - cfg.lambda_p * l_adv - cfg.lambda_h * entropy
             grads = tape.gradient(loss, list(eta.values()))
