@@ -12,6 +12,10 @@ import dataclasses
 import json
 import math
 import os
+import signal
+import subprocess
+import sys
+import threading
 
 import tensorflow  # noqa: F401  (imported before absl's main; see programs/epfl_remnet.py)
 from absl import app, flags
@@ -32,6 +36,13 @@ flags.DEFINE_float("noise_multiplier", 3.0, "Noise multiplier nu of every noise 
 flags.DEFINE_enum("server_optimizer", "sgd", ["adam", "sgd"], "Server optimizer (the same for all methods).")
 flags.DEFINE_float("server_learning_rate", 1.0, "Server learning rate (the same for all methods).")
 flags.DEFINE_bool("overwrite", False, "Delete the results already in the run folders and the table, and run everything afresh.")
+flags.DEFINE_integer(
+    "jobs",
+    3,
+    "Runs at a time, each in its own process (this program for one method and seed, its output in "
+    "OUTPUT_DIR/<method>_s<seed>.log), costliest first; 1: one after another in this process. One "
+    "run keeps about 1.5 of 2 cores busy (its Python side and its TFF worker take turns); several fill them.",
+)
 
 
 def validate() -> None:
@@ -45,6 +56,7 @@ def validate() -> None:
     common.require(math.isfinite(FLAGS.clip_norm) and FLAGS.clip_norm > 0, "clip_norm", FLAGS.clip_norm, "a positive number")
     common.require(math.isfinite(FLAGS.noise_multiplier) and FLAGS.noise_multiplier >= 0, "noise_multiplier", FLAGS.noise_multiplier, "a non-negative number")
     common.require(math.isfinite(FLAGS.server_learning_rate) and FLAGS.server_learning_rate > 0, "server_learning_rate", FLAGS.server_learning_rate, "a positive number")
+    common.require(FLAGS.jobs >= 1, "jobs", FLAGS.jobs, "an integer >= 1")
 
 
 def main(argv):
@@ -71,28 +83,94 @@ def main(argv):
     from tff_radiomap import runtime
     from tff_radiomap.data import radiomapseer
 
-    local = runtime.install_local_context()
     seeds = [int(s) for s in FLAGS.seeds]
-    cleared = set()  # --overwrite clears a run folder once, not again when resuming after a worker restart.
-
-    def run_one(config, run_dir):
-        overwrite = FLAGS.overwrite and run_dir not in cleared
-        cleared.add(run_dir)
-        return experiment.run(config, run_dir, progress=True, overwrite=overwrite)
 
     def floors(config):
         return privacy_table.mse_floors(experiment.load_data(config))
 
+    if FLAGS.jobs > 1 and len(FLAGS.methods) * len(seeds) > 1:
+        children = ChildRuns(root)
+        for signum in (signal.SIGTERM, signal.SIGHUP):  # Stop the children (below) on these too.
+            signal.signal(signum, lambda signum, frame: sys.exit(128 + signum))
+        run_fn, local = children.run, None
+    else:
+        children, local = None, runtime.install_local_context()
+        cleared = set()  # --overwrite clears a run folder once, not again when resuming after a worker restart.
+
+        def run_fn(config, run_dir):
+            overwrite = FLAGS.overwrite and run_dir not in cleared
+            cleared.add(run_dir)
+            return experiment.run(config, run_dir, progress=True, overwrite=overwrite)
+
+    def table():
+        return privacy_table.run_table(base, FLAGS.methods, seeds, FLAGS.output_dir, run_fn=run_fn, floors_fn=floors, jobs=FLAGS.jobs if children else 1)
+
     try:
-        result = common.supervised(lambda: privacy_table.run_table(base, FLAGS.methods, seeds, FLAGS.output_dir, run_fn=run_one, floors_fn=floors), local)
+        result = table() if children else common.supervised(table, local)
     except experiment.ConfigMismatchError as exc:
         common.refuse_other_run("output_dir", FLAGS.output_dir, exc)
     except radiomapseer.DataLayoutError as exc:
         common.fail(f"--data_root={root!r}: {exc}")
     except experiment.DataTooSmallError as exc:
         common.fail(str(exc))
+    except privacy_table.RunsFailedError as exc:
+        common.fail(str(exc), code=1)
+    finally:
+        if children and children.stop():
+            print(f"stopped the running runs; their finished rounds are saved in {FLAGS.output_dir}: the same command resumes them", file=sys.stderr)
     print(open(result["table_md"]).read())
     print(json.dumps({"table": result["table_md"], "figure": result["figure"]}, indent=2))
+
+
+class ChildRuns:
+    """Runs one (method, seed) of the table as this program with --jobs=1, in its own process."""
+
+    def __init__(self, data_root: str | None):
+        self.data_root = data_root and os.path.abspath(data_root)
+        self.lock = threading.Lock()
+        self.running = set()
+        self.stopped = False
+
+    def command(self, config) -> list[str]:
+        args = [f"--output_dir={os.path.abspath(FLAGS.output_dir)}", f"--methods={config.defense}", f"--seeds={config.seed}", "--jobs=1"]
+        for name in ("rounds", "attack_every", "clip_norm", "noise_multiplier", "server_optimizer", "server_learning_rate", "overwrite"):
+            args.append(f"--{name}={FLAGS[name].value}")
+        if self.data_root is not None:
+            args.append(f"--data_root={self.data_root}")
+        return [sys.executable, "-m", "programs.privacy_table"] + args
+
+    def run(self, config, run_dir: str) -> None:
+        log_path = f"{run_dir}.log"
+        with open(log_path, "a") as log:
+            with self.lock:
+                if self.stopped:
+                    raise RuntimeError("not started: the table was interrupted")
+                child = subprocess.Popen(self.command(config), stdout=log, stderr=subprocess.STDOUT, cwd=_REPO)
+                self.running.add(child)
+            code = child.wait()
+            with self.lock:
+                self.running.discard(child)
+        if code != 0:
+            lines = [line.strip() for line in open(log_path, errors="replace").read().replace("\r", "\n").splitlines() if line.strip()]
+            raise RuntimeError(f"exit {code} ({lines[-1] if lines else 'no output'}); its output: {log_path}")
+
+    def stop(self) -> int:
+        """Interrupts the running children (each has saved its last finished round, and stops its
+        TFF worker); returns how many there were."""
+        with self.lock:
+            self.stopped = True
+            children = list(self.running)
+        for child in children:
+            child.terminate()
+        for child in children:
+            try:
+                child.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                child.kill()
+        return len(children)
+
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 if __name__ == "__main__":

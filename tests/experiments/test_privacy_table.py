@@ -2,6 +2,7 @@ import csv
 import dataclasses
 import json
 import os
+import threading
 
 import pytest
 
@@ -82,3 +83,28 @@ def test_floors_are_written_once_and_shown_with_the_runs_and_a_skipped_attack_sa
     assert f"all-zero output {floors['zero_output_db']:.2f} dB" in table and f"training maps {floors['train_mean_map_db']:.2f} dB" in table
     assert "| Uniform Noise | 300.00 +- 0.00 | 30.00 +- 0.00 (round 1: later attacks skipped, model diverged) | 100.00 |" in table
     assert "| No Defense | -10.00 +- 0.00 | 20.00 +- 0.00 | 100.00 |" in table
+
+
+def test_concurrent_runs_start_costliest_first_and_a_failed_run_is_named_after_the_others_finish(tmp_path):
+    root = str(tmp_path)
+    for method in ("none", "adaptive"):
+        for seed in (0, 1):
+            _fake_run(root, method, seed, -10.0, 20.0)
+    both_running = threading.Barrier(2, timeout=60)  # Broken (an error below) unless 2 runs overlap.
+    started, lock = [], threading.Lock()
+
+    def run_fn(config, run_dir):
+        with lock:
+            started.append((config.defense, config.seed))
+        if len(started) <= 2:
+            both_running.wait()
+        if (config.defense, config.seed) == ("none", 1):
+            raise RuntimeError("exit 1 (boom)")
+
+    with pytest.raises(pt.RunsFailedError, match=r"1 of 4 runs failed .*none_s1: exit 1 \(boom\)"):
+        pt.run_table(_Config(), ["none", "adaptive"], [0, 1], root, run_fn=run_fn, progress=False, jobs=2)
+    assert started[:2] in ([("adaptive", 0), ("adaptive", 1)], [("adaptive", 1), ("adaptive", 0)])
+    assert sorted(started) == [("adaptive", 0), ("adaptive", 1), ("none", 0), ("none", 1)]
+    assert not os.path.exists(os.path.join(root, "table1.md"))
+    out = pt.run_table(_Config(), ["none", "adaptive"], [0, 1], root, run_fn=lambda c, d: None, progress=False, jobs=2)
+    assert os.path.exists(out["table_md"])

@@ -2,9 +2,11 @@
 
     python -m tests.programs.flag_harness PROGRAM '[["--flag=v", ...], ...]'
 
-prints a JSON list of {"code": exit code, 0, or "started", "stderr": ...}, one per argument list.
+prints a JSON list of {"code": exit code, 0, "started" or "started children", "stderr": ...}, one per
+argument list.
 "started" means that every check passed and the program reached the TFF runtime (or, for
-make_dataset, the generator): both are replaced here by a stop. Program flags can be defined
+make_dataset, the generator; for privacy_table with --jobs > 1, its child processes): all are
+replaced here by a stop. Program flags can be defined
 once per process (absl), hence one process per program.
 """
 
@@ -22,7 +24,11 @@ class Started(Exception):
 
 
 def _stop(*args, **kwargs):
-    raise Started()
+    raise Started("started")
+
+
+def _stop_children(*args, **kwargs):
+    raise Started("started children")
 
 
 def main(program: str, cases: list[list[str]]) -> list[dict]:
@@ -32,6 +38,8 @@ def main(program: str, cases: list[list[str]]) -> list[dict]:
     from tff_radiomap.data import synthetic
 
     tff_radiomap.runtime.install_local_context = _stop
+    if hasattr(module, "ChildRuns"):  # privacy_table --jobs > 1 starts child processes instead.
+        module.ChildRuns = _stop_children
     synthetic.generate_dataset = _stop
     results = []
     for args in cases:
@@ -41,8 +49,8 @@ def main(program: str, cases: list[list[str]]) -> list[dict]:
             with contextlib.redirect_stderr(err):
                 module.main(common.parse_flags([program, *args]))
             code = 0
-        except Started:
-            code = "started"
+        except Started as exc:
+            code = str(exc)
         except SystemExit as exc:
             code = exc.code
         results.append({"code": code, "stderr": err.getvalue()})

@@ -70,6 +70,7 @@ CASES = {
         (["--server_optimizer=lbfgs"], "--server_optimizer=lbfgs"),
         (["--data_root={flat}"], "it lacks png/buildings_complete/"),
         (["--output_dir={unwritable}"], "cannot create the folder"),
+        (["--jobs=0"], "--jobs=0: expected an integer >= 1"),
     ],
     "epfl_remnet": [
         (["--k_fraction=1.5"], "--k_fraction=1.5: expected a fraction in (0, 1]"),
@@ -125,7 +126,10 @@ BASE = {
 
 
 # Argument lists run after a program's CASES in the same harness process, by name.
-EXTRA = {"epfl_remnet": {"corrupt_data": ["--data_root={corrupt}", "--out={out}/ec"]}}
+EXTRA = {
+    "epfl_remnet": {"corrupt_data": ["--data_root={corrupt}", "--out={out}/ec"]},
+    "privacy_table": {"sequential": BASE["privacy_table"] + ["--jobs=1"]},
+}
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +152,13 @@ def outcomes(roots):
 
 @pytest.mark.parametrize("program", sorted(CASES))
 def test_valid_flags_reach_the_run(outcomes, program):
-    assert outcomes[program][0]["code"] == "started", outcomes[program][0]["stderr"][-2000:]
+    expected = "started children" if program == "privacy_table" else "started"  # --jobs=3 by default.
+    assert outcomes[program][0]["code"] == expected, outcomes[program][0]["stderr"][-2000:]
+
+
+def test_privacy_table_with_one_job_runs_in_its_own_process(outcomes):
+    outcome = outcomes["privacy_table"][1 + len(CASES["privacy_table"])]
+    assert outcome["code"] == "started", outcome["stderr"][-2000:]
 
 
 @pytest.mark.parametrize("program, index", [(p, i) for p in sorted(CASES) for i in range(len(CASES[p]))])

@@ -15,10 +15,14 @@ output's has learned nothing (at nu = 3 a collapsed model sits exactly there), a
 the constant guess has found nothing. "Final attacker RMSE" is the attack at the last round where
 it ran; when a run's attack was skipped at later rounds (the model had diverged and its traces were
 not finite) the table says at which round that last attack was.
+
+With `jobs` > 1 the runs go `jobs` at a time (the program runs each in its own process), the
+costliest method first, so that no long run is left alone at the end.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import csv
 import dataclasses
 import json
@@ -47,23 +51,58 @@ def read_metrics(run_dir: str) -> list[dict]:
         return [{k: (float(v) if v not in ("", None) else float("nan")) for k, v in row.items()} for row in csv.DictReader(f)]
 
 
-def run_table(base_config, methods, seeds, output_dir: str, run_fn, progress: bool = True, floors_fn=None) -> dict:
+# The methods from the costliest run to the cheapest at the CPU default (Adaptive trains its
+# allocator every round; FedSGD's clients take one step per batch; Uniform Noise's attacks stop
+# when its model diverges): the order in which concurrent runs start.
+COST_ORDER = ("adaptive", "fedsgd", "directed", "none", "clip", "uniform")
+
+
+class RunsFailedError(RuntimeError):
+    """Some runs of the table failed (the others finished); the message names each one."""
+
+
+def run_table(base_config, methods, seeds, output_dir: str, run_fn, progress: bool = True, floors_fn=None, jobs: int = 1) -> dict:
     """Runs every (method, seed) through `run_fn(config, run_dir)` and writes the table and figure.
 
     `run_fn` resumes a partial run and returns a finished one as it is (as
     `privacy_radiomap.run` does, after checking that the folder holds the same configuration).
     `floors_fn(base_config)` (optional) gives the MSE floors (`mse_floors`), written once to
-    floors.json.
+    floors.json. With `jobs` > 1, `run_fn` is called from `jobs` threads at once (it should start
+    a process), the costliest methods first (COST_ORDER); a failed run does not stop the others,
+    and RunsFailedError then names every failed one instead of writing the table.
     """
     os.makedirs(output_dir, exist_ok=True)
     floors_path = os.path.join(output_dir, "floors.json")
     if floors_fn is not None and not os.path.exists(floors_path):
         run_folder.write_json(floors_path, floors_fn(base_config))
-    for seed in seeds:  # Seed by seed: an interrupted table has every method for its first seeds.
-        for method in methods:
-            run_dir = os.path.join(output_dir, f"{method}_s{seed}")
-            run_fn(dataclasses.replace(base_config, defense=method, seed=seed), run_dir)
+    # Seed by seed: an interrupted sequential table has every method for its first seeds.
+    runs = [(dataclasses.replace(base_config, defense=m, seed=s), os.path.join(output_dir, f"{m}_s{s}")) for s in seeds for m in methods]
+    if jobs <= 1:
+        for config, run_dir in runs:
+            run_fn(config, run_dir)
+    else:
+        rank = {m: i for i, m in enumerate(COST_ORDER)}
+        _run_concurrently(sorted(runs, key=lambda r: rank.get(r[0].defense, len(rank))), run_fn, jobs, progress)
     return write_results(output_dir, methods, seeds)
+
+
+def _run_concurrently(runs, run_fn, jobs: int, progress: bool) -> None:
+    failed = []
+    pool = concurrent.futures.ThreadPoolExecutor(jobs)
+    futures = {pool.submit(run_fn, config, run_dir): run_dir for config, run_dir in runs}
+    try:
+        for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
+            run_dir, error = futures[future], future.exception()
+            if error is not None:
+                failed.append(f"{run_dir}: {error}")
+            if progress:
+                print(f"[{done}/{len(runs)}] {os.path.basename(run_dir)} {'FAILED' if error else 'done'}", flush=True)
+    finally:
+        # Interrupted: start no more runs and do not wait here for the running ones (the caller
+        # stops their processes).
+        pool.shutdown(wait=False, cancel_futures=True)
+    if failed:
+        raise RunsFailedError(f"{len(failed)} of {len(runs)} runs failed (the others are saved): " + "; ".join(failed))
 
 
 def mse_floors(data) -> dict:
