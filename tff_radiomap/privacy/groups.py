@@ -182,3 +182,98 @@ def _nested_models(model: tf.keras.Model, names) -> list[tf.keras.Model]:
             found.append(m)
         stack.extend(layer for layer in getattr(m, "layers", []) if isinstance(layer, tf.keras.Model))
     return found
+
+
+def layer_groups(variables: Sequence[tf.Variable]) -> ParameterGroups:
+    """One group per uploaded tensor (the 'layers' partition), named by the variable; none sensitive."""
+    names = tuple(v.name for v in variables)
+    ids = tuple(np.full(tuple(v.shape), i, np.int32) for i, v in enumerate(variables))
+    return ParameterGroups(names, (False,) * len(names), ids)
+
+
+@dataclasses.dataclass(frozen=True)
+class SubspaceGroups:
+    """Groups that are subspaces of the flattened upload (Eq. (11) with projectors for masks).
+
+    The upload u (its tensors flattened and concatenated, length d) is split by an orthonormal basis
+    V [d, K] into J blocks of columns (the subspace groups, projectors P_j = V_j V_j^T, d_j their
+    rank) and the residual group, the orthogonal complement of span(V) (projector I - V V^T, rank
+    d - K). The projectors sum to the identity, so Eqs. (9), (15), (16) hold as for masks with d_g the
+    ranks: sigma_g = sqrt(E_g / d_g), noise V_j z_j with z_j ~ N(0, sigma_j^2 I) on a block and
+    (I - V V^T) z with z ~ N(0, sigma^2 I_d) on the residual.
+
+    Attributes:
+      shapes: the upload's tensor shapes, in order.
+      block_sizes: d_j of each subspace block (columns of V, in order).
+      names: J block names then the residual's.
+      basis: V, float32 [d, K] with orthonormal columns; None when it is supplied later (the
+        factory reads it from a file at run time), then only sizes are known.
+    """
+
+    shapes: tuple[tuple[int, ...], ...]
+    block_sizes: tuple[int, ...]
+    names: tuple[str, ...] = ()
+    basis: np.ndarray | None = dataclasses.field(default=None, compare=False)
+
+    def __post_init__(self):
+        if not self.block_sizes or min(self.block_sizes) < 1:
+            raise ValueError(f"block_sizes={self.block_sizes}: expected one or more positive sizes")
+        d, k = self.num_coordinates, self.rank
+        if k >= d:
+            raise ValueError(f"subspace of rank {k} leaves no residual in an upload of {d} coordinates")
+        if not self.names:
+            names = tuple(f"leak{j}" for j in range(len(self.block_sizes))) + (RESIDUAL,)
+            object.__setattr__(self, "names", names)
+        if len(self.names) != len(self.block_sizes) + 1:
+            raise ValueError(f"{len(self.names)} names for {len(self.block_sizes)} blocks and the residual")
+        if self.basis is not None:
+            check_orthonormal(self.basis, d, k)
+
+    @property
+    def rank(self) -> int:
+        return int(sum(self.block_sizes))
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.block_sizes) + 1
+
+    @property
+    def num_coordinates(self) -> int:
+        return int(sum(int(np.prod(s)) for s in self.shapes))
+
+    @property
+    def sizes(self) -> np.ndarray:
+        """d_g: the rank of each group's projector (blocks, then d - K for the residual)."""
+        return np.array(list(self.block_sizes) + [self.num_coordinates - self.rank], np.int64)
+
+    @property
+    def sensitive(self) -> tuple[bool, ...]:
+        return (True,) * len(self.block_sizes) + (False,)
+
+    @property
+    def ids(self) -> tuple[np.ndarray, ...]:
+        """Every coordinate in the residual's mask: the blocks are carved out by projection."""
+        return tuple(np.full(s, self.num_groups - 1, np.int32) for s in self.shapes)
+
+    def block_of_column(self) -> np.ndarray:
+        """[K] the block index of each column of V."""
+        return np.repeat(np.arange(len(self.block_sizes)), self.block_sizes).astype(np.int32)
+
+    def check_shapes(self, shapes: Sequence[Sequence[int]]) -> None:
+        ParameterGroups.check_shapes(self, shapes)  # Same check, on self.shapes.
+
+    def with_basis(self, basis: np.ndarray) -> "SubspaceGroups":
+        return dataclasses.replace(self, basis=np.ascontiguousarray(basis, np.float32))
+
+
+def check_orthonormal(basis: np.ndarray, num_coordinates: int, rank: int, tolerance: float = 1e-3) -> None:
+    """Raises ValueError unless `basis` is [num_coordinates, rank] with orthonormal columns."""
+    basis = np.asarray(basis)
+    if basis.shape != (num_coordinates, rank):
+        raise ValueError(f"subspace basis has shape {basis.shape}, expected ({num_coordinates}, {rank})")
+    if not np.all(np.isfinite(basis)):
+        raise ValueError("subspace basis has non-finite entries")
+    gram = basis.T.astype(np.float64) @ basis.astype(np.float64)
+    error = float(np.max(np.abs(gram - np.eye(rank)))) if rank else 0.0
+    if error > tolerance:
+        raise ValueError(f"subspace basis is not orthonormal: max |V^T V - I| = {error:.3g} (tolerance {tolerance}); orthonormalize it (e.g. np.linalg.qr)")

@@ -1,0 +1,131 @@
+"""Subspace Noise: a fixed share of the budget in a leakage subspace, the rest uniform on the residual.
+
+With `SubspaceGroups` (an orthonormal basis V [d, K] of the directions along which uploads reveal
+the transmitter, split into blocks, and the residual, its orthogonal complement), the client clips
+its update at C (Eq. (17)) and adds
+
+    V z_s + (I - V V^T) z_r,   z_s ~ N(0, sigma_s^2 I_K),  z_r ~ N(0, sigma_r^2 I_d),
+
+with K sigma_s^2 = share * B and (d - K) sigma_r^2 = (1 - share) * B, B = d (C nu)^2 (Eqs. (9),
+(15), (16) over projector groups). share = K / d is Uniform Noise; share = 1 puts every unit of
+budget in the subspace (the Directed Uniform of these groups).
+
+The basis is either held by the groups (`groups.basis`, embedded in the computation; fine for small
+uploads) or read at every call from `basis_path` (a `tf.io.serialize_tensor` file of V, float32
+[d, K]), so that a driver can refresh it between rounds without rebuilding the process; the
+clients must see that file (true for workers on this machine).
+
+No (epsilon, delta) is reported (`dp_event()` is None): a share other than K / d gives the upload
+unequal noise, and the guarantee of the least-noised direction is not the one a reader expects.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from tff_radiomap.aggregators.client_perturbation import ClientPerturbationFactory
+from tff_radiomap.privacy.groups import SubspaceGroups
+
+
+def write_basis(path: str, basis: np.ndarray) -> None:
+    """Writes V for `basis_path` atomically (the clients may read the file at any time)."""
+    data = tf.io.serialize_tensor(tf.constant(np.asarray(basis, np.float32))).numpy()
+    tmp = f"{path}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def read_basis(path) -> tf.Tensor:
+    """V from a `write_basis` file, as a float32 [d, K] tensor (also inside TFF computations)."""
+    return tf.io.parse_tensor(tf.io.read_file(path), tf.float32)
+
+
+def subspace_sigmas(groups: SubspaceGroups, budget: float, share: float) -> np.ndarray:
+    """[J + 1] sigmas: share * B spread uniformly over the K subspace directions, the rest over
+    the d - K residual ones."""
+    sizes = groups.sizes.astype(np.float64)
+    k, rest = sizes[:-1].sum(), sizes[-1]
+    sigma_s, sigma_r = np.sqrt(share * budget / k), np.sqrt((1.0 - share) * budget / rest)
+    return np.array([sigma_s] * (len(sizes) - 1) + [sigma_r], np.float32)
+
+
+class SubspaceNoiseFactory(ClientPerturbationFactory):
+    """Clip at C, then `share` of B = d (C nu)^2 in span(V), the rest on its orthogonal complement."""
+
+    def __init__(self, clip_norm: float, noise_multiplier: float, groups: SubspaceGroups, share: float = 0.5, basis_path: str | None = None, inner_factory=None, seed=None):
+        if not isinstance(groups, SubspaceGroups):
+            raise TypeError(f"SubspaceNoiseFactory needs SubspaceGroups, got {type(groups).__name__}")
+        if not (np.isfinite(share) and 0.0 <= share <= 1.0):
+            raise ValueError(f"share={share}: expected a number in [0, 1]")
+        if groups.basis is None and basis_path is None:
+            raise ValueError("SubspaceNoiseFactory needs a basis: groups with one, or basis_path")
+        super().__init__(clip_norm, noise_multiplier, groups=groups, inner_factory=inner_factory, seed=seed)
+        self.share = float(share)
+        self.basis_path = basis_path
+        self._privatizing = False
+        # The eager path (privatize, the attack) reads V from this variable; `set_basis` refreshes it.
+        self._basis_var = None if groups.basis is None else tf.Variable(groups.basis, trainable=False, name="subspace_basis")
+
+    def dp_event(self):
+        return None
+
+    def set_basis(self, basis: np.ndarray) -> None:
+        """Replaces V for `privatize` (eager); the TFF process reads `basis_path` instead."""
+        self.groups = self.groups.with_basis(basis)
+        if self._basis_var is None or tuple(self._basis_var.shape) != basis.shape:
+            self._basis_var = tf.Variable(self.groups.basis, trainable=False, name="subspace_basis")
+        else:
+            self._basis_var.assign(self.groups.basis)
+
+    def sigmas(self) -> np.ndarray:
+        return subspace_sigmas(self.groups, self.budget(), self.share)
+
+    def _client_sigmas(self, extras, clipped_flat, group_ids, groups):
+        return tf.constant(subspace_sigmas(groups, self.budget(groups), self.share))
+
+    def _basis(self):
+        """V: the variable on the eager path (`privatize`), else the file or the embedded constant."""
+        if self._privatizing:
+            return self._eager_basis()
+        if self.basis_path is not None:
+            return read_basis(self.basis_path)
+        return tf.constant(self.groups.basis)
+
+    def _eager_basis(self):
+        return self._basis_var if self._basis_var is not None else read_basis(self.basis_path)
+
+    def privatize(self, flat, extras=None, seed=None):
+        self._privatizing = True  # Outside TFF (the attack traces it in its own tf.function).
+        try:
+            return super().privatize(flat, extras, seed)
+        finally:
+            self._privatizing = False
+
+    def whiten(self, flat, weights):
+        """w_r u + V ((w_col - w_r) * V^T u): each block scaled by its weight, the residual by its own."""
+        basis = self._eager_basis()  # Outside TFF only: the observer's view.
+        u = tf.concat([tf.reshape(c, [-1]) for c in flat], 0)
+        w_col = tf.gather(weights, self.groups.block_of_column())
+        w_r = weights[-1]
+        out = w_r * u + tf.linalg.matvec(basis, (w_col - w_r) * tf.linalg.matvec(basis, u, transpose_a=True))
+        return self._unflatten(out, flat)
+
+    def _unflatten(self, vector, like):
+        parts = tf.split(vector, [int(np.prod(s)) for s in self.groups.shapes])
+        return [tf.reshape(p, tf.shape(c)) for p, c in zip(parts, like)]
+
+    def _perturb(self, extras, clipped, group_ids, groups, seeds):
+        sigma = self._client_sigmas(extras, clipped, group_ids, groups)
+        basis = self._basis()
+        flat = tf.concat([tf.reshape(c, [-1]) for c in clipped], 0)
+        k, d = groups.rank, groups.num_coordinates
+        column_sigma = tf.gather(sigma, groups.block_of_column())
+        z_s = self._noise([k], column_sigma, seeds[0] if seeds else None)
+        z_r = self._noise([d], sigma[-1], seeds[1] if seeds else None)
+        residual = z_r - tf.linalg.matvec(basis, tf.linalg.matvec(basis, z_r, transpose_a=True))
+        noised = flat + tf.linalg.matvec(basis, z_s) + residual
+        return self._unflatten(noised, clipped), sigma
