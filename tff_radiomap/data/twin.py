@@ -1,0 +1,136 @@
+"""The digital twin: simulate given building maps at transmitter positions of one's own choosing.
+
+A defender who wants to know along which directions its uploads reveal the transmitter needs
+labelled uploads at many positions on the maps it trains on, none of them a sample an attacker is
+scored on. The building maps are public; the propagation model of `synthetic` is the twin. Given
+a RadioMapSeer-layout root (synthetic or real), `ensure_twin` writes, for every map of it, the same
+building map with `positions` new transmitters (outdoors, at least `min_distance` pixels from every
+transmitter of the root, drawn with `seed`), in the same layout, so that the loader reads it as is.
+
+On the real RadioMapSeer the twin is this package's propagation model, not the data set's ray
+tracer: the basis it gives is a model's, whose match to the real maps is to be measured.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+
+import numpy as np
+from PIL import Image
+
+from tff_radiomap.data import encoding, synthetic
+
+TWIN_FILE = "twin_spec.json"
+
+
+def simulate(buildings: np.ndarray, positions, config: synthetic.PropagationConfig = synthetic.PropagationConfig(), seed: int = 0) -> np.ndarray:
+    """Gray-level gain maps uint8 [P, S, S] of transmitters at `positions` [(row, col)] on `buildings`."""
+    propagation = synthetic.MapPropagation(np.asarray(buildings, bool), config, seed=seed)
+    return np.stack([encoding.gain_db_to_gray(propagation.gain_db(tuple(p))) for p in positions])
+
+
+def _map_ids(root: str) -> list[int]:
+    folder = synthetic.layout_dirs(root)["buildings"]
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"{folder} does not exist: {root} is not a RadioMapSeer-layout root")
+    return sorted(int(m.group(1)) for f in os.listdir(folder) if (m := re.fullmatch(r"(\d+)\.png", f)))
+
+
+def _existing_transmitters(root: str, m: int) -> np.ndarray:
+    """[T, 2] (row, col) of map m's transmitters, from its antenna rasters."""
+    folder = synthetic.layout_dirs(root)["antennas"]
+    pattern = re.compile(rf"{m}_(\d+)\.png")
+    found = []
+    for name in os.listdir(folder):
+        if pattern.fullmatch(name):
+            raster = np.asarray(Image.open(os.path.join(folder, name)))
+            found.append(np.argwhere(raster == raster.max())[0])
+    return np.asarray(found, np.int64).reshape(-1, 2)
+
+
+def twin_positions(rng: np.random.Generator, buildings: np.ndarray, existing: np.ndarray, count: int, min_distance: int, margin: int = 2) -> np.ndarray:
+    """[count, 2] distinct outdoor (row, col), each more than `min_distance` pixels (Chebyshev)
+    from every position of `existing`."""
+    size = buildings.shape[0]
+    allowed = ~np.asarray(buildings, bool)
+    allowed[:margin, :] = allowed[-margin:, :] = False
+    allowed[:, :margin] = allowed[:, -margin:] = False
+    for r, c in existing:
+        allowed[max(0, r - min_distance) : r + min_distance + 1, max(0, c - min_distance) : c + min_distance + 1] = False
+    candidates = np.flatnonzero(allowed)
+    if candidates.size < count:
+        raise ValueError(f"only {candidates.size} outdoor pixels are far enough from the data's transmitters for {count} twin positions")
+    return np.stack(np.divmod(rng.choice(candidates, size=count, replace=False), size), axis=1)
+
+
+def _write_twin_map(args) -> None:
+    data_root, out_root, m, positions, min_distance, seed, config = args
+    dirs = synthetic.layout_dirs(out_root)
+    src = synthetic.layout_dirs(data_root)
+    buildings = np.asarray(Image.open(os.path.join(src["buildings"], f"{m}.png"))) > 127
+    rng = np.random.default_rng(np.random.SeedSequence([seed, m]))
+    txs = twin_positions(rng, buildings, _existing_transmitters(data_root, m), positions, min_distance)
+    grays = simulate(buildings, txs, config, seed=m)
+    for t, ((row, col), gray) in enumerate(zip(txs, grays)):
+        raster = np.zeros(buildings.shape, np.uint8)
+        raster[row, col] = 255
+        synthetic._save_png(os.path.join(dirs["antennas"], f"{m}_{t}.png"), raster)
+        synthetic._save_png(os.path.join(dirs["gain"], f"{m}_{t}.png"), gray)
+    with open(os.path.join(dirs["antenna_json"], f"{m}.json"), "w") as f:
+        json.dump([[int(c), int(r)] for r, c in txs], f)
+    synthetic._save_png(os.path.join(dirs["buildings"], f"{m}.png"), buildings.astype(np.uint8) * 255)  # Last: marks the map done.
+
+
+def twin_root(data_root: str, positions: int, seed: int, cache: str | None = None) -> str:
+    """Where `ensure_twin` writes the twin of `data_root` by default (beside the data cache)."""
+    from tff_radiomap.data import default_set
+
+    digest = hashlib.sha1(os.path.abspath(data_root).encode()).hexdigest()[:8]
+    return os.path.join(cache or default_set.cache_root(), f"twin_{os.path.basename(os.path.normpath(data_root))}_{digest}_p{positions}_s{seed}")
+
+
+def ensure_twin(
+    data_root: str,
+    positions: int = 16,
+    seed: int = 0,
+    out_root: str | None = None,
+    min_distance: int = 4,
+    workers: int = 1,
+    config: synthetic.PropagationConfig = synthetic.PropagationConfig(),
+) -> str:
+    """Writes (or completes) the twin of every map of `data_root`; returns its root.
+
+    `min_distance` (pixels at the stored size) keeps every twin transmitter out of the
+    low-resolution cell of any transmitter of `data_root` (4 covers 256 -> 64). A root holding a
+    twin made with other settings raises ValueError.
+    """
+    if positions < 1:
+        raise ValueError(f"twin positions={positions}: expected >= 1")
+    out_root = out_root or twin_root(data_root, positions, seed)
+    record = {"data_root": os.path.abspath(data_root), "positions": positions, "seed": seed, "min_distance": min_distance}
+    for d in synthetic.layout_dirs(out_root).values():
+        os.makedirs(d, exist_ok=True)
+    path = os.path.join(out_root, TWIN_FILE)
+    if os.path.exists(path):
+        with open(path) as f:
+            found = json.load(f)
+        if found != record:
+            raise ValueError(f"{out_root} holds a twin made with {found}, asked for {record}")
+    else:
+        with open(f"{path}.tmp", "w") as f:
+            json.dump(record, f)
+        os.replace(f"{path}.tmp", path)
+    done = lambda m: os.path.exists(os.path.join(synthetic.layout_dirs(out_root)["buildings"], f"{m}.png"))  # noqa: E731
+    todo = [(data_root, out_root, m, positions, min_distance, seed, config) for m in _map_ids(data_root) if not done(m)]
+    if workers > 1 and len(todo) > 1:
+        import multiprocessing
+
+        with multiprocessing.get_context("spawn").Pool(workers) as pool:
+            list(pool.imap_unordered(_write_twin_map, todo))
+    else:
+        for args in todo:
+            _write_twin_map(args)
+    return out_root

@@ -1,0 +1,106 @@
+"""Where the uploads reveal the transmitter: a basis of the leakage subspace, from the defender's twin.
+
+An upload's dependence on the transmitter position is low-dimensional and tied to the building
+map (bench/RESULTS.md, "Where the transmitter leaks"): on one map, the single-sample uploads of the
+current global model vary with the position along a few directions, and those directions differ
+from map to map. So the defender, on every public building map, simulates uploads at positions of
+its own (`data.twin`), centres them per map, and keeps each map's top `k_per_map` principal
+directions; their union, orthonormalized and ordered by the within-map variance it explains, is
+V [d, K] with K = maps * k_per_map (`leakage_basis`). Noise along V is where an observer would read
+the position (`aggregators.SubspaceNoiseFactory`).
+
+The uploads are the first local step on one sample (the signed first upload of the attack's
+fingerprint, Eq. (7)), from the phase's uploaded model at the current global weights.
+
+Cost: maps * positions single-sample steps and one [d, K] QR per refresh; V is K * d float32
+(K = 384, d = 125098 at the CPU default: 192 MB), written to a file the clients read inside the
+TFF computation. For full-size models (d ~ 10^7) per-layer blocks or a randomized sketch would be
+needed; see README, "Where does my model leak?".
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from tff_radiomap.learning import local_training
+
+
+class UploadCollector:
+    """First-step single-sample uploads [N, d] of `model` (the phase's uploaded Keras model, holding
+    the current global weights) with the client `optimizer`; one traced graph per chunk."""
+
+    def __init__(self, model, optimizer):
+        self.model, self.optimizer = model, optimizer
+        self._uploads = tf.function(self._uploads_impl)
+
+    def _one(self, x, y):
+        update = local_training.local_updates(self.model, self.optimizer, x, y, 1)[0]
+        return tf.concat([tf.reshape(u, [-1]) for u in update], 0)
+
+    def _uploads_impl(self, x, y):
+        out = tf.TensorArray(tf.float32, size=tf.shape(x)[0])
+        for i in tf.range(tf.shape(x)[0]):
+            out = out.write(i, self._one(x[i : i + 1], y[i : i + 1]))
+        return out.stack()
+
+    def collect(self, x: np.ndarray, y: np.ndarray, chunk: int = 256) -> np.ndarray:
+        parts = [self._uploads(tf.constant(x[s : s + chunk], tf.float32), tf.constant(y[s : s + chunk], tf.float32)).numpy() for s in range(0, len(x), chunk)]
+        return np.concatenate(parts)
+
+
+def per_map_directions(uploads: np.ndarray, k: int) -> np.ndarray:
+    """[d, k'] the top principal directions (k' = min(k, N - 1)) of one map's uploads [N, d],
+    centred on their mean, from the N x N Gram matrix (N << d)."""
+    z = uploads.astype(np.float64) - uploads.mean(0, dtype=np.float64)
+    eigval, eigvec = np.linalg.eigh(z @ z.T)
+    order = np.argsort(eigval)[::-1][: min(k, len(z) - 1)]
+    eigval, eigvec = eigval[order], eigvec[:, order]
+    keep = eigval > 1e-12 * max(float(eigval[0]) if len(eigval) else 0.0, 1e-300)
+    return (z.T @ (eigvec[:, keep] / np.sqrt(eigval[keep]))).astype(np.float32)
+
+
+def leakage_basis(uploads: np.ndarray, map_of: np.ndarray, k_per_map: int) -> tuple[np.ndarray, np.ndarray]:
+    """(V [d, K], variance [K]): the union of every map's top `k_per_map` directions, orthonormal,
+    ordered by the within-map variance of the uploads along each column (largest first).
+
+    `uploads` [N, d] are single-sample uploads, `map_of` [N] the map of each. Raises ValueError if a
+    map has fewer than 2 uploads or the union is rank-deficient.
+    """
+    if k_per_map < 1:
+        raise ValueError(f"k_per_map={k_per_map}: expected >= 1")
+    maps = np.unique(map_of)
+    directions, centred = [], []
+    for m in maps:
+        u = uploads[map_of == m]
+        if len(u) < 2:
+            raise ValueError(f"map {m}: {len(u)} upload(s), at least 2 needed for a direction")
+        directions.append(per_map_directions(u, k_per_map))
+        centred.append(u - u.mean(0))
+    q, r = np.linalg.qr(np.concatenate(directions, axis=1).astype(np.float64))
+    if q.shape[1] and np.min(np.abs(np.diag(r))) < 1e-6 * np.max(np.abs(np.diag(r))):
+        raise ValueError("the maps' leakage directions are linearly dependent: fewer positions or a smaller k_per_map")
+    # Rotate within span(V) so that the columns come in order of the within-map variance.
+    coef = np.concatenate(centred).astype(np.float64) @ q
+    eigval, eigvec = np.linalg.eigh(coef.T @ coef)
+    order = np.argsort(eigval)[::-1]
+    basis = (q @ eigvec[:, order]).astype(np.float32)
+    return basis, (eigval[order] / len(coef)).astype(np.float64)
+
+
+def block_sizes(rank: int, blocks: int) -> tuple[int, ...]:
+    """`blocks` near-equal consecutive blocks of the K ordered columns (the first the strongest)."""
+    if not 1 <= blocks <= rank:
+        raise ValueError(f"blocks={blocks}: expected 1..{rank}")
+    return tuple(int(len(part)) for part in np.array_split(np.arange(rank), blocks))
+
+
+def captured_share(uploads: np.ndarray, map_of: np.ndarray, basis: np.ndarray) -> float:
+    """Share of the uploads' within-map variance that lies in span(basis) (1: all of it)."""
+    total, inside = 0.0, 0.0
+    for m in np.unique(map_of):
+        z = uploads[map_of == m].astype(np.float64)
+        z -= z.mean(0)
+        total += float(np.sum(z**2))
+        inside += float(np.sum((z @ basis.astype(np.float64)) ** 2))
+    return inside / total if total > 0 else 0.0
