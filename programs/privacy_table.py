@@ -8,14 +8,11 @@ OUTPUT_DIR/table1.{csv,md} and OUTPUT_DIR/fig2.png. Every flag of the single-run
 not listed here keeps its default (see `tff_radiomap.experiments.privacy_radiomap`).
 """
 
-import dataclasses
+import functools
 import json
 import math
 import os
-import signal
-import subprocess
 import sys
-import threading
 
 import tensorflow  # noqa: F401  (imported before absl's main; see programs/epfl_remnet.py)
 from absl import app, flags
@@ -23,6 +20,7 @@ from absl import app, flags
 from programs import common
 from tff_radiomap.experiments import privacy_radiomap as experiment
 from tff_radiomap.experiments import privacy_table
+from tff_radiomap.experiments.privacy_table import ChildRuns
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output_dir", "runs/privacy_table", "Folder of the runs, the table and the figure.")
@@ -89,18 +87,12 @@ def main(argv):
         return privacy_table.mse_floors(experiment.load_data(config))
 
     if FLAGS.jobs > 1 and len(FLAGS.methods) * len(seeds) > 1:
-        children = ChildRuns(root)
-        for signum in (signal.SIGTERM, signal.SIGHUP):  # Stop the children (below) on these too.
-            signal.signal(signum, lambda signum, frame: sys.exit(128 + signum))
-        run_fn, local = children.run, None
+        children = ChildRuns(functools.partial(child_command, data_root=root))
+        ChildRuns.exit_on_signals()  # Stop the children (below) on SIGTERM and SIGHUP too.
+        run_fn, local = children, None
     else:
         children, local = None, runtime.install_local_context()
-        cleared = set()  # --overwrite clears a run folder once, not again when resuming after a worker restart.
-
-        def run_fn(config, run_dir):
-            overwrite = FLAGS.overwrite and run_dir not in cleared
-            cleared.add(run_dir)
-            return experiment.run(config, run_dir, progress=True, overwrite=overwrite)
+        run_fn = privacy_table.overwrite_once(functools.partial(experiment.run, progress=True), FLAGS.overwrite)
 
     def table():
         return privacy_table.run_table(base, FLAGS.methods, seeds, FLAGS.output_dir, run_fn=run_fn, floors_fn=floors, jobs=FLAGS.jobs if children else 1)
@@ -122,55 +114,11 @@ def main(argv):
     print(json.dumps({"table": result["table_md"], "figure": result["figure"]}, indent=2))
 
 
-class ChildRuns:
-    """Runs one (method, seed) of the table as this program with --jobs=1, in its own process."""
-
-    def __init__(self, data_root: str | None):
-        self.data_root = data_root and os.path.abspath(data_root)
-        self.lock = threading.Lock()
-        self.running = set()
-        self.stopped = False
-
-    def command(self, config) -> list[str]:
-        args = [f"--output_dir={os.path.abspath(FLAGS.output_dir)}", f"--methods={config.defense}", f"--seeds={config.seed}", "--jobs=1"]
-        for name in ("rounds", "attack_every", "clip_norm", "noise_multiplier", "server_optimizer", "server_learning_rate", "overwrite"):
-            args.append(f"--{name}={FLAGS[name].value}")
-        if self.data_root is not None:
-            args.append(f"--data_root={self.data_root}")
-        return [sys.executable, "-m", "programs.privacy_table"] + args
-
-    def run(self, config, run_dir: str) -> None:
-        log_path = f"{run_dir}.log"
-        with open(log_path, "a") as log:
-            with self.lock:
-                if self.stopped:
-                    raise RuntimeError("not started: the table was interrupted")
-                child = subprocess.Popen(self.command(config), stdout=log, stderr=subprocess.STDOUT, cwd=_REPO)
-                self.running.add(child)
-            code = child.wait()
-            with self.lock:
-                self.running.discard(child)
-        if code != 0:
-            lines = [line.strip() for line in open(log_path, errors="replace").read().replace("\r", "\n").splitlines() if line.strip()]
-            raise RuntimeError(f"exit {code} ({lines[-1] if lines else 'no output'}); its output: {log_path}")
-
-    def stop(self) -> int:
-        """Interrupts the running children (each has saved its last finished round, and stops its
-        TFF worker); returns how many there were."""
-        with self.lock:
-            self.stopped = True
-            children = list(self.running)
-        for child in children:
-            child.terminate()
-        for child in children:
-            try:
-                child.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                child.kill()
-        return len(children)
-
-
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+def child_command(config, data_root: str) -> list[str]:
+    """This program for one method and seed of the table: every flag as given here, except those."""
+    per_run = {"output_dir": os.path.abspath(FLAGS.output_dir), "data_root": data_root, "methods": config.defense, "seeds": config.seed, "jobs": 1}
+    module_flags = FLAGS.get_flags_for_module(sys.modules[__name__])
+    return [sys.executable, "-m", "programs.privacy_table", *privacy_table.child_arguments(module_flags, per_run)]
 
 
 if __name__ == "__main__":

@@ -16,8 +16,9 @@ the constant guess has found nothing. "Final attacker RMSE" is the attack at the
 it ran; when a run's attack was skipped at later rounds (the model had diverged and its traces were
 not finite) the table says at which round that last attack was.
 
-With `jobs` > 1 the runs go `jobs` at a time (the program runs each in its own process), the
-costliest method first, so that no long run is left alone at the end.
+With `jobs` > 1 the runs go `jobs` at a time (`run_all`; the program runs each in its own process,
+`ChildRuns`), the costliest method first, so that no long run is left alone at the end. The
+privacy-utility front (`privacy_front`) runs and reads its runs with the same pieces.
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ import csv
 import dataclasses
 import json
 import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -53,8 +59,9 @@ def read_metrics(run_dir: str) -> list[dict]:
 
 # The methods from the costliest run to the cheapest at the CPU default (Adaptive trains its
 # allocator every round; FedSGD's clients take one step per batch; Uniform Noise's attacks stop
-# when its model diverges): the order in which concurrent runs start.
-COST_ORDER = ("adaptive", "fedsgd", "directed", "none", "clip", "uniform")
+# when its model diverges): the order in which concurrent runs start. Subspace's place is a guess
+# (not measured): it recomputes its leakage basis on the twin every basis_every rounds.
+COST_ORDER = ("adaptive", "subspace", "fedsgd", "directed", "none", "clip", "uniform")
 
 
 class RunsFailedError(RuntimeError):
@@ -77,13 +84,36 @@ def run_table(base_config, methods, seeds, output_dir: str, run_fn, progress: bo
         run_folder.write_json(floors_path, floors_fn(base_config))
     # Seed by seed: an interrupted sequential table has every method for its first seeds.
     runs = [(dataclasses.replace(base_config, defense=m, seed=s), os.path.join(output_dir, f"{m}_s{s}")) for s in seeds for m in methods]
+    run_all(runs, run_fn, jobs, progress)
+    return write_results(output_dir, methods, seeds)
+
+
+def run_all(runs, run_fn, jobs: int = 1, progress: bool = True) -> None:
+    """`run_fn(config, run_dir)` for every (config, run_dir) of `runs`.
+
+    In order with `jobs` <= 1; else from `jobs` threads at once (`run_fn` should start a process),
+    the costliest defenses first (COST_ORDER, then the order of `runs`); a failed run does not
+    stop the others, and RunsFailedError then names every failed one.
+    """
     if jobs <= 1:
         for config, run_dir in runs:
             run_fn(config, run_dir)
-    else:
-        rank = {m: i for i, m in enumerate(COST_ORDER)}
-        _run_concurrently(sorted(runs, key=lambda r: rank.get(r[0].defense, len(rank))), run_fn, jobs, progress)
-    return write_results(output_dir, methods, seeds)
+        return
+    rank = {m: i for i, m in enumerate(COST_ORDER)}
+    _run_concurrently(sorted(runs, key=lambda r: rank.get(r[0].defense, len(rank))), run_fn, jobs, progress)
+
+
+def overwrite_once(run: Callable, overwrite: bool) -> Callable:
+    """`run(config, run_dir, overwrite=...)` as a `run_fn`: with `overwrite`, a folder is cleared on
+    its first call only, so that a resume after a TFF worker restart keeps the rounds saved since."""
+    cleared = set()
+
+    def run_fn(config, run_dir):
+        first = run_dir not in cleared
+        cleared.add(run_dir)
+        return run(config, run_dir, overwrite=overwrite and first)
+
+    return run_fn
 
 
 def _run_concurrently(runs, run_fn, jobs: int, progress: bool) -> None:
@@ -105,6 +135,83 @@ def _run_concurrently(runs, run_fn, jobs: int, progress: bool) -> None:
         raise RunsFailedError(f"{len(failed)} of {len(runs)} runs failed (the others are saved): " + "; ".join(failed))
 
 
+def child_arguments(program_flags: Iterable, overrides: Mapping) -> list[str]:
+    """The command-line arguments that repeat a program's flags for one of its runs.
+
+    `program_flags`: the program's absl flags (`FLAGS.get_flags_for_module(module)`); each is
+    forwarded with its value as parsed (`Flag.serialize()`), so that a new flag reaches the children
+    without being listed anywhere; `overrides` (name -> value) replaces the value of those named.
+    """
+    args = []
+    for flag in program_flags:
+        if flag.name not in overrides:
+            arg = flag.serialize()
+        elif isinstance(overrides[flag.name], bool):
+            arg = f"--{'' if overrides[flag.name] else 'no'}{flag.name}"
+        else:
+            arg = f"--{flag.name}={overrides[flag.name]}"
+        if arg:  # An unset flag (None) serializes to ''.
+            args.append(arg)
+    return args
+
+
+class ChildRuns:
+    """A `run_fn` running each run in its own process, `command(config)` (the program for that one
+    run), its output appended to RUN_DIR.log; `stop()` interrupts the running ones.
+
+    Children start in this process's working folder (relative paths mean the same there), with
+    the repository on PYTHONPATH so that `python -m programs....` finds the program.
+    """
+
+    def __init__(self, command: Callable[[object], list[str]]):
+        self.command = command
+        self.lock = threading.Lock()
+        self.running = set()
+        self.stopped = False
+
+    @staticmethod
+    def exit_on_signals(signums=(signal.SIGTERM, signal.SIGHUP)) -> None:
+        """SIGTERM and SIGHUP end this program with SystemExit (as SIGINT does with
+        KeyboardInterrupt), so that the caller's `finally: children.stop()` stops the children
+        too. Call from the main thread."""
+        for signum in signums:
+            signal.signal(signum, lambda signum, frame: sys.exit(128 + signum))
+
+    def __call__(self, config, run_dir: str) -> None:
+        log_path = f"{run_dir}.log"
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (_REPO, os.environ.get("PYTHONPATH")) if p))
+        with open(log_path, "a") as log:
+            with self.lock:
+                if self.stopped:
+                    raise RuntimeError("not started: the runs were interrupted")
+                child = subprocess.Popen(self.command(config), stdout=log, stderr=subprocess.STDOUT, env=env)
+                self.running.add(child)
+            code = child.wait()
+            with self.lock:
+                self.running.discard(child)
+        if code != 0:
+            lines = [line.strip() for line in open(log_path, errors="replace").read().replace("\r", "\n").splitlines() if line.strip()]
+            raise RuntimeError(f"exit {code} ({lines[-1] if lines else 'no output'}); its output: {log_path}")
+
+    def stop(self) -> int:
+        """Interrupts the running children (each has saved its last finished round, and stops its
+        TFF worker); returns how many there were."""
+        with self.lock:
+            self.stopped = True
+            children = list(self.running)
+        for child in children:
+            child.terminate()
+        for child in children:
+            try:
+                child.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                child.kill()
+        return len(children)
+
+
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
 def mse_floors(data) -> dict:
     """Validation MSE (and dB) of the all-zero output and of the per-pixel mean training map."""
     y_val = np.asarray(data.val[1], np.float64)
@@ -114,7 +221,8 @@ def mse_floors(data) -> dict:
     return {"zero_output_mse": zero, "zero_output_db": 10 * np.log10(zero), "train_mean_map_mse": mean, "train_mean_map_db": 10 * np.log10(mean)}
 
 
-def _stat(values):
+def mean_std(values) -> tuple[float, float]:
+    """Mean and (population) std of the finite `values`; (nan, nan) if there is none."""
     values = np.asarray([v for v in values if np.isfinite(v)], float)
     if not len(values):
         return float("nan"), float("nan")
@@ -126,10 +234,10 @@ def write_results(output_dir: str, methods, seeds) -> dict:
     for method in methods:
         runs = [read_metrics(os.path.join(output_dir, f"{method}_s{s}")) for s in seeds]
         summaries = [json.load(open(os.path.join(output_dir, f"{method}_s{s}", "summary.json"))) for s in seeds]
-        best_db = _stat([s["best_val_mse_db"] for s in summaries])
-        last = [_last_attack(r) for r in runs]
-        final_attack = _stat([a for a, _ in last])
-        floor = _stat([_last(r, "attack_constant_rmse_m") for r in runs])
+        best_db = mean_std([s["best_val_mse_db"] for s in summaries])
+        last = [last_attack(r) for r in runs]
+        final_attack = mean_std([a for a, _ in last])
+        floor = mean_std([_last(r, "attack_constant_rmse_m") for r in runs])
         rows.append({
             "method": LABELS.get(method, method),
             "best_val_mse_db_mean": best_db[0],
@@ -178,7 +286,7 @@ def _read_floors(output_dir: str) -> dict | None:
         return json.load(f)
 
 
-def _last_attack(rows) -> tuple[float, int]:
+def last_attack(rows) -> tuple[float, int]:
     """(attacker RMSE, round) of the last round where the attack ran; (nan, 0) if none."""
     done = [(r["attack_rmse_m"], int(r["round"])) for r in rows if np.isfinite(r.get("attack_rmse_m", np.nan))]
     return done[-1] if done else (float("nan"), 0)
