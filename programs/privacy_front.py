@@ -1,0 +1,192 @@
+r"""The privacy-utility front of paper 000's defenses: every method over a grid of noise multipliers.
+
+  python -m programs.privacy_front --output_dir=runs/privacy_front
+  python -m programs.privacy_front --output_dir=runs/privacy_front --methods=none,uniform,directed \
+      --noise_multipliers=0.001,0.01,0.03,0.1 --seeds=0,1,2 --set=attack_train_traces=2048
+  python -m programs.privacy_front --output_dir=runs/privacy_front --report_only
+
+Runs (or resumes; finished runs are kept) programs.privacy_radiomap's experiment for each method,
+noise multiplier nu and seed in OUTPUT_DIR/<method>_nu<nu>_s<seed>/, with the attack at round 1,
+every --attack_every rounds and the last; a method without noise (none, clip, fedsgd) runs once
+per seed, in OUTPUT_DIR/<method>_s<seed>/ (its row has nu = 0). Then writes OUTPUT_DIR/front.csv
+and front.md (per method and nu: best validation MSE in dB and the final attacker RMSE in m, mean
+and std over seeds; the attacker RMSE averaged over a run's attacks; the constant-guess RMSE) and
+front.png (attacker RMSE against validation MSE, a line per method across nu).
+
+  --jobs=3 (default)  three runs at a time, each this program for one method, nu and seed in its
+                      own process (every flag given here is passed on; its output goes to
+                      OUTPUT_DIR/<run>.log), costliest first. A failed run does not stop the
+                      others; the front is written when all have finished. SIGTERM/SIGINT stop
+                      the children; the same command resumes them. --jobs=1: one after another
+                      in this process.
+  --set=F=V,...       any field F of `tff_radiomap.experiments.privacy_radiomap.ExperimentConfig`
+                      for every run, V parsed by the field's type (a tuple's items go on after
+                      its F=, comma-separated). Fields with a flag of their own (rounds,
+                      attack_every, clip_norm, data_root) and those of the grid (defense, seed,
+                      noise_multiplier) are refused there. stage1_rounds defaults to rounds // 2.
+  --report_only       write the front from the finished run folders present, naming the missing
+                      ones; runs nothing.
+
+Every other experiment setting keeps ExperimentConfig's default (the CPU default set-up). A run
+folder holding another configuration is refused (exit 2) unless --overwrite.
+"""
+
+import functools
+import json
+import math
+import os
+import sys
+
+import tensorflow  # noqa: F401  (imported before absl's main; see programs/epfl_remnet.py)
+from absl import app, flags
+
+from programs import common
+from tff_radiomap.experiments import privacy_front
+from tff_radiomap.experiments import privacy_radiomap as experiment
+from tff_radiomap.experiments import privacy_table
+from tff_radiomap.experiments.privacy_table import ChildRuns
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("output_dir", "runs/privacy_front", "Folder of the runs, the table and the figure.")
+flags.DEFINE_string("data_root", None, "RadioMapSeer-layout folder; default: the cached default synthetic set.")
+flags.DEFINE_list("methods", ["none", "uniform", "directed", "subspace"], "Methods (defenses, names of privacy_radiomap.DEFENSES) on the front.")
+flags.DEFINE_list("noise_multipliers", ["0.001", "0.01", "0.03", "0.1"], "Noise multipliers nu of every noise defense.")
+flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds; the front reports mean and std over them.")
+flags.DEFINE_integer("rounds", 50, "Communication rounds of every run.")
+flags.DEFINE_integer("attack_every", 10, "Attack at round 1, every n rounds and the last.")
+flags.DEFINE_float("clip_norm", 1.0, "L2 clipping norm C of every defense.")
+flags.DEFINE_list("set", [], "FIELD=VALUE,... of privacy_radiomap.ExperimentConfig for every run (see the module docstring).")
+flags.DEFINE_bool("overwrite", False, "Delete the results already in the run folders and run everything afresh.")
+flags.DEFINE_integer("jobs", 3, "Runs at a time, each in its own process (OUTPUT_DIR/<run>.log), costliest first; 1: one after another in this process.")
+flags.DEFINE_bool("report_only", False, "Write front.{csv,md,png} from the finished runs present (naming the missing ones); run nothing.")
+flags.DEFINE_bool("report", True, "Write the front once the runs have finished (--jobs children run with --noreport).")
+
+# ExperimentConfig fields that --set may not hold: the flag (or grid axis) that sets each.
+OWN_FLAG = {"data_root": "data_root", "rounds": "rounds", "attack_every": "attack_every", "clip_norm": "clip_norm",
+            "defense": "methods", "seed": "seeds", "noise_multiplier": "noise_multipliers"}
+
+
+def validate() -> dict:
+    """Every flag against what it may be (exit 2 naming the first bad one); returns --set's fields."""
+    common.require(FLAGS.methods, "methods", ",".join(FLAGS.methods), f"names from {sorted(experiment.DEFENSES)}")
+    for m in FLAGS.methods:
+        common.require(m in experiment.DEFENSES, "methods", m, f"names from {sorted(experiment.DEFENSES)}")
+    common.require(FLAGS.noise_multipliers, "noise_multipliers", "", "comma-separated positive numbers")
+    for nu in FLAGS.noise_multipliers:
+        common.require(_positive(nu), "noise_multipliers", nu, "comma-separated positive numbers")
+    common.require(all(s.isdigit() for s in FLAGS.seeds) and FLAGS.seeds, "seeds", ",".join(FLAGS.seeds), "comma-separated non-negative integers")
+    common.require(FLAGS.rounds >= 1, "rounds", FLAGS.rounds, "an integer >= 1")
+    common.require(FLAGS.attack_every >= 1, "attack_every", FLAGS.attack_every, "an integer >= 1")
+    common.require(math.isfinite(FLAGS.clip_norm) and FLAGS.clip_norm > 0, "clip_norm", FLAGS.clip_norm, "a positive number")
+    common.require(FLAGS.jobs >= 1, "jobs", FLAGS.jobs, "an integer >= 1")
+    common.require(FLAGS.report or not FLAGS.report_only, "report", False, "--report with --report_only")
+    try:
+        settings = privacy_front.parse_settings(experiment.ExperimentConfig, FLAGS.set)
+    except ValueError as exc:
+        common.fail(f"--set={','.join(FLAGS.set)!r}: {exc}")
+    for name in settings:
+        common.require(name not in OWN_FLAG, "set", ",".join(FLAGS.set), f"no {name}: --{OWN_FLAG.get(name)} sets it")
+    # A folder given relative to here means the same in the children and on resume.
+    return {k: os.path.abspath(v) if k.endswith("_root") and isinstance(v, str) and v else v for k, v in settings.items()}
+
+
+def _positive(text: str) -> bool:
+    try:
+        return math.isfinite(float(text)) and float(text) > 0
+    except ValueError:
+        return False
+
+
+def base_config(data_root: str, settings: dict):
+    """The ExperimentConfig of every run (the grid sets defense, seed, noise_multiplier); exit 2
+    naming --set if a run of the grid would not be a valid configuration."""
+    fields = dict(data_root=data_root, rounds=FLAGS.rounds, stage1_rounds=FLAGS.rounds // 2, attack_every=FLAGS.attack_every, clip_norm=FLAGS.clip_norm)
+    try:
+        base = experiment.ExperimentConfig(**{**fields, **settings})
+        privacy_front.grid(base, FLAGS.methods, _nus(), _seeds(), FLAGS.output_dir)  # Each run's config is checked.
+    except ValueError as exc:
+        common.fail(f"--set={','.join(FLAGS.set)!r}: {exc}" if FLAGS.set else str(exc))
+    return base
+
+
+def _nus() -> list[float]:
+    return [float(nu) for nu in FLAGS.noise_multipliers]
+
+
+def _seeds() -> list[int]:
+    return [int(s) for s in FLAGS.seeds]
+
+
+def main(argv):
+    common.reject_extra_args(argv)
+    settings = validate()
+    if FLAGS.report_only:
+        return report_only()
+    from tff_radiomap.data import default_set
+
+    root = common.data_root(FLAGS.data_root, default=default_set.ensure_default_dataset)
+    common.require_writable_dir(FLAGS.output_dir, "output_dir")
+    base = base_config(root, settings)
+
+    from tff_radiomap import runtime
+    from tff_radiomap.data import radiomapseer
+
+    runs = privacy_front.grid(base, FLAGS.methods, _nus(), _seeds(), FLAGS.output_dir)
+    if FLAGS.jobs > 1 and len(runs) > 1:
+        children = ChildRuns(functools.partial(child_command, data_root=root))
+        ChildRuns.exit_on_signals()  # Stop the children (below) on SIGTERM and SIGHUP too.
+        run_fn, local = children, None
+    else:
+        children, local = None, runtime.install_local_context()
+        run_fn = privacy_table.overwrite_once(functools.partial(experiment.run, progress=True), FLAGS.overwrite)
+
+    def front():
+        return privacy_front.run_front(
+            base, FLAGS.methods, _nus(), _seeds(), FLAGS.output_dir, run_fn=run_fn, jobs=FLAGS.jobs if children else 1, report=FLAGS.report
+        )
+
+    try:
+        result = front() if children else common.supervised(front, local)
+    except experiment.ConfigMismatchError as exc:
+        common.refuse_other_run("output_dir", FLAGS.output_dir, exc)
+    except radiomapseer.DataLayoutError as exc:
+        common.fail(f"--data_root={root!r}: {exc}")
+    except experiment.DataTooSmallError as exc:
+        common.fail(str(exc))
+    except privacy_table.RunsFailedError as exc:
+        common.fail(str(exc), code=1)
+    finally:
+        if children and children.stop():
+            print(f"stopped the running runs; their finished rounds are saved in {FLAGS.output_dir}: the same command resumes them", file=sys.stderr)
+    if result is None:
+        print(f"finished: {', '.join(os.path.basename(d) for _, d in runs)} in {os.path.abspath(FLAGS.output_dir)}")
+    else:
+        _print(result)
+
+
+def report_only() -> None:
+    try:
+        result = privacy_front.write_results(FLAGS.output_dir, FLAGS.methods, _nus(), _seeds(), skip_missing=True)
+    except FileNotFoundError as exc:
+        common.fail(f"--output_dir={FLAGS.output_dir!r}: {exc}", code=1)
+    if result["missing"]:
+        print(f"missing (not finished), left out of the front: {', '.join(result['missing'])}", file=sys.stderr)
+    _print(result)
+
+
+def _print(result: dict) -> None:
+    print(open(result["table_md"]).read())
+    print(json.dumps({k: result[k] for k in ("csv", "table_md", "figure", "missing")}, indent=2))
+
+
+def child_command(config, data_root: str) -> list[str]:
+    """This program for one run of the front: every flag as given here, except those of the grid."""
+    per_run = {"output_dir": os.path.abspath(FLAGS.output_dir), "data_root": data_root, "methods": config.defense, "seeds": config.seed, "jobs": 1, "report": False}
+    if config.defense not in privacy_front.NOISE_FREE:  # A noise-free run is one per seed whatever the grid.
+        per_run["noise_multipliers"] = repr(config.noise_multiplier)
+    module_flags = FLAGS.get_flags_for_module(sys.modules[__name__])
+    return [sys.executable, "-m", "programs.privacy_front", *privacy_table.child_arguments(module_flags, per_run)]
+
+
+if __name__ == "__main__":
+    app.run(main, flags_parser=common.parse_flags)

@@ -1,0 +1,123 @@
+"""The privacy-utility front: its grid of run folders and the front computed from finished runs
+(folders written by hand: no TFF here; one real run is in tests/programs/test_privacy_front_program.py)."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+
+import pytest
+
+from tff_radiomap.experiments import privacy_front as pf
+
+NAN = ""
+
+
+def _fake_run(root, name, best_db, attacks):
+    """A finished run: `attacks` is [(round, attack_rmse_m or NAN, attack_constant_rmse_m or NAN)]."""
+    d = os.path.join(root, name)
+    os.makedirs(d)
+    with open(os.path.join(d, "metrics.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["round", "val_mse_db", "attack_rmse_m", "attack_constant_rmse_m"])
+        w.writeheader()
+        for round_num, attack, constant in attacks:
+            w.writerow({"round": round_num, "val_mse_db": best_db + 1, "attack_rmse_m": attack, "attack_constant_rmse_m": constant})
+    with open(os.path.join(d, "summary.json"), "w") as f:
+        json.dump({"best_val_mse_db": best_db}, f)
+
+
+@pytest.fixture
+def runs(tmp_path):
+    """No Defense over 2 seeds, Uniform at nu = 0.01 over 2 seeds (seed 1's last attack skipped) and
+    at nu = 0.1 for seed 0 only."""
+    root = str(tmp_path)
+    _fake_run(root, "none_s0", -20.0, [(1, 30, 100), (2, NAN, NAN), (3, 20, 100)])
+    _fake_run(root, "none_s1", -22.0, [(1, 40, 100), (2, NAN, NAN), (3, 30, 100)])
+    _fake_run(root, "uniform_nu0.01_s0", -15.0, [(1, 50, 100), (2, NAN, NAN), (3, 60, 100)])
+    _fake_run(root, "uniform_nu0.01_s1", -13.0, [(1, 70, 110), (2, NAN, NAN), (3, NAN, NAN)])
+    _fake_run(root, "uniform_nu0.1_s0", -5.0, [(1, 90, 100), (3, 95, 100)])
+    return root
+
+
+@dataclasses.dataclass(frozen=True)
+class _Config:
+    defense: str = ""
+    seed: int = 0
+    noise_multiplier: float = 3.0
+
+
+def test_noise_free_methods_run_once_per_seed_the_others_once_per_nu_and_seed(tmp_path):
+    root = str(tmp_path)
+    calls = []
+    out = pf.run_front(_Config(), ["none", "uniform", "clip"], [0.01, 0.1], [0, 1], root, run_fn=lambda c, d: calls.append((c, d)), report=False)
+    assert out is None  # report=False: the runs only.
+    expected = []
+    for s in (0, 1):
+        expected += [(_Config("none", s, 0.0), "none_s" + str(s))]
+        expected += [(_Config("uniform", s, nu), f"uniform_nu{nu}_s{s}") for nu in (0.01, 0.1)]
+        expected += [(_Config("clip", s, 0.0), "clip_s" + str(s))]
+    assert calls == [(c, os.path.join(root, name)) for c, name in expected]
+    assert pf.run_name("directed", 1e-5, 2) == "directed_nu1e-05_s2" and pf.run_name("fedsgd", 0.3, 2) == "fedsgd_s2"
+
+
+def test_front_csv_holds_one_row_per_method_and_nu_with_means_over_seeds(runs):
+    out = pf.write_results(runs, ["none", "uniform"], [0.01], [0, 1])
+    with open(out["csv"]) as f:
+        reader = csv.DictReader(f)
+        rows = list(reader)
+    assert reader.fieldnames == [
+        "method", "noise_multiplier", "seeds", "best_val_mse_db_mean", "best_val_mse_db_std", "final_attack_rmse_m_mean",
+        "final_attack_rmse_m_std", "mean_attack_rmse_m_mean", "constant_rmse_m",
+    ]
+    assert [(r["method"], float(r["noise_multiplier"]), int(r["seeds"])) for r in rows] == [("none", 0.0, 2), ("uniform", 0.01, 2)]
+    none, uniform = ({k: float(v) for k, v in r.items() if k != "method"} for r in rows)
+    assert none["best_val_mse_db_mean"] == pytest.approx(-21.0) and none["best_val_mse_db_std"] == pytest.approx(1.0)
+    assert none["final_attack_rmse_m_mean"] == pytest.approx(25.0) and none["final_attack_rmse_m_std"] == pytest.approx(5.0)
+    assert none["mean_attack_rmse_m_mean"] == pytest.approx(30.0)  # (25 + 35) / 2.
+    # Seed 1's last attack was at round 1 (70 m); the constant guess is averaged run by run.
+    assert uniform["final_attack_rmse_m_mean"] == pytest.approx(65.0) and uniform["final_attack_rmse_m_std"] == pytest.approx(5.0)
+    assert uniform["mean_attack_rmse_m_mean"] == pytest.approx((55.0 + 70.0) / 2)
+    assert uniform["constant_rmse_m"] == pytest.approx(105.0)
+    table = open(out["table_md"]).read()
+    assert "| none | 0 | 2 | -21.00 | 1.00 | 25.00 | 5.00 | 30.00 | 100.00 |" in table
+    assert "uniform_nu0.01_s1: last attack at round 1 of 3" in table
+    with open(out["figure"], "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n" and os.path.getsize(out["figure"]) > 10_000
+
+
+def test_a_missing_run_is_named_and_skipped_only_when_asked(runs):
+    with pytest.raises(FileNotFoundError, match="uniform_nu0.1_s1 has no finished run"):
+        pf.write_results(runs, ["none", "uniform"], [0.01, 0.1], [0, 1])
+    os.remove(os.path.join(runs, "none_s1", "summary.json"))  # Started, not finished.
+    out = pf.write_results(runs, ["none", "uniform"], [0.01, 0.1], [0, 1], skip_missing=True)
+    assert out["missing"] == ["none_s1", "uniform_nu0.1_s1"]
+    assert [(r["method"], r["noise_multiplier"], r["seeds"]) for r in out["rows"]] == [("none", 0.0, 1), ("uniform", 0.01, 2), ("uniform", 0.1, 1)]
+    assert "Not finished, left out: none_s1, uniform_nu0.1_s1." in open(out["table_md"]).read()
+    with pytest.raises(FileNotFoundError, match="no finished run of the front"):
+        pf.write_results(runs, ["clip"], [0.01], [0], skip_missing=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Settings:
+    rate: float = 0.1
+    count: int = 1
+    name: str = ""
+    flag: bool = False
+    positions: tuple[int, ...] = ()
+    limit: int | None = None
+
+
+def test_settings_are_parsed_by_field_type_and_an_unknown_field_is_named():
+    settings = pf.parse_settings(_Settings, ["rate=1e-3", "count=4", "name=a=b", "flag=true", "positions=1", "2", "3", "limit=none"])
+    assert settings == {"rate": 1e-3, "count": 4, "name": "a=b", "flag": True, "positions": (1, 2, 3), "limit": None}
+    assert pf.parse_settings(_Settings, ["limit=7", "positions="]) == {"limit": 7, "positions": ()}
+    with pytest.raises(ValueError, match="unknown field 'bogus'"):
+        pf.parse_settings(_Settings, ["bogus=1"])
+    with pytest.raises(ValueError, match="count='x': expected int"):
+        pf.parse_settings(_Settings, ["count=x"])
+    with pytest.raises(ValueError, match="flag='maybe': expected bool"):
+        pf.parse_settings(_Settings, ["flag=maybe"])
+    with pytest.raises(ValueError, match="'count': expected FIELD=VALUE"):
+        pf.parse_settings(_Settings, ["count"])

@@ -1,0 +1,241 @@
+"""The privacy-utility front of paper 000's defenses: each method over a grid of noise multipliers.
+
+`run_front(base_config, methods, noise_multipliers, seeds, output_dir, run_fn)` runs (or resumes)
+one privacy experiment per (method, nu, seed) in `output_dir/<method>_nu<nu>_s<seed>/`; a method
+without noise (`NOISE_FREE`) runs once per seed, in `output_dir/<method>_s<seed>/`, with nu = 0.
+Then `write_results` writes
+
+    front.csv, front.md   one row per (method, nu): best validation MSE (dB) and the attacker RMSE
+                          (m) at the last attack, mean and std over seeds; the attacker RMSE
+                          averaged over a run's attacks; the constant-guess floor
+    front.png             attacker RMSE against best validation MSE, one line per method across
+                          nu, error bars (std over seeds) in both axes, the constant guess dashed
+
+A run counts once its summary.json is written. `write_results(..., skip_missing=True)` reports
+from the finished runs alone and names the others. Running and reading the runs reuse Table I's
+pieces (`privacy_table.run_all`, `read_metrics`, `mean_std`, `last_attack`).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+import types
+import typing
+
+import numpy as np
+
+from tff_radiomap.experiments import privacy_table
+from tff_radiomap.experiments.privacy_table import LABELS
+
+NOISE_FREE = ("none", "clip", "fedsgd")  # Their runs do not depend on nu: one per seed.
+COLUMNS = (
+    "method",
+    "noise_multiplier",
+    "seeds",
+    "best_val_mse_db_mean",
+    "best_val_mse_db_std",
+    "final_attack_rmse_m_mean",
+    "final_attack_rmse_m_std",
+    "mean_attack_rmse_m_mean",
+    "constant_rmse_m",
+)
+
+
+def cells(methods, noise_multipliers) -> list[tuple[str, float]]:
+    """The (method, nu) rows of the front: nu = 0 alone for a method without noise."""
+    rows = []
+    for method in methods:
+        rows += [(method, 0.0)] if method in NOISE_FREE else [(method, float(nu)) for nu in noise_multipliers]
+    return rows
+
+
+def run_name(method: str, noise_multiplier: float, seed: int) -> str:
+    if method in NOISE_FREE:
+        return f"{method}_s{seed}"
+    return f"{method}_nu{noise_multiplier:.12g}_s{seed}"
+
+
+def grid(base_config, methods, noise_multipliers, seeds, output_dir: str) -> list[tuple[object, str]]:
+    """(config, run folder) of every run of the front, seed by seed (an interrupted sequential
+    front has every row for its first seeds)."""
+    return [
+        (dataclasses.replace(base_config, defense=m, noise_multiplier=nu, seed=s), os.path.join(output_dir, run_name(m, nu, s)))
+        for s in seeds
+        for m, nu in cells(methods, noise_multipliers)
+    ]
+
+
+def run_front(base_config, methods, noise_multipliers, seeds, output_dir: str, run_fn, progress: bool = True, jobs: int = 1, report: bool = True) -> dict | None:
+    """Runs every run of the front through `run_fn(config, run_dir)`, then writes the front.
+
+    `run_fn` resumes a partial run and returns a finished one as it is (as `privacy_radiomap.run`
+    does). With `jobs` > 1 the runs go as Table I's do (`privacy_table.run_all`: costliest first;
+    RunsFailedError names every failed one after the others finish, and nothing is written).
+    `report`=False: the runs only (a child running one of them); returns None.
+    """
+    os.makedirs(output_dir, exist_ok=True)
+    privacy_table.run_all(grid(base_config, methods, noise_multipliers, seeds, output_dir), run_fn, jobs, progress)
+    return write_results(output_dir, methods, noise_multipliers, seeds) if report else None
+
+
+def parse_settings(config_class, items) -> dict:
+    """{field: value} from 'FIELD=VALUE' strings, each value parsed by the field's type.
+
+    An item without '=' continues the previous value (a tuple field, comma-separated, given in a
+    comma-separated list: 'basis_positions=1,2,3,basis_every=5'). Types: bool (true/false, 1/0),
+    int, float, str, tuples and lists of those, `X | None` ('none'). Raises ValueError naming an
+    unknown field or a value its type does not parse.
+    """
+    hints = typing.get_type_hints(config_class)
+    fields = [f.name for f in dataclasses.fields(config_class)]
+    pairs: list[list[str]] = []
+    for item in items:
+        if "=" in item:
+            pairs.append(item.split("=", 1))
+        elif pairs:
+            pairs[-1][1] += "," + item
+        else:
+            raise ValueError(f"{item!r}: expected FIELD=VALUE")
+    settings = {}
+    for name, text in pairs:
+        name = name.strip()
+        if name not in fields:
+            raise ValueError(f"unknown field {name!r}: expected fields of {config_class.__name__}: {', '.join(fields)}")
+        try:
+            settings[name] = _parse(hints[name], text.strip())
+        except ValueError as exc:
+            raise ValueError(f"{name}={text!r}: expected {_type_name(hints[name])} ({exc})") from None
+    return settings
+
+
+def _parse(kind, text: str):
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (typing.Union, types.UnionType) and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        return None if text.lower() == "none" else _parse(rest[0] if len(rest) == 1 else typing.Union[tuple(rest)], text)
+    if origin in (tuple, list):
+        items = [t.strip() for t in text.split(",")] if text else []
+        if origin is tuple and args and (len(args) != 2 or args[1] is not Ellipsis):
+            if len(items) != len(args):
+                raise ValueError(f"{len(items)} values for {len(args)}")
+            return tuple(_parse(a, t) for a, t in zip(args, items))
+        element = args[0] if args else str
+        return origin(_parse(element, t) for t in items)
+    if kind is bool:
+        if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+            raise ValueError("not a boolean")
+        return text.lower() in ("true", "1", "yes")
+    if kind in (int, float, str):
+        return kind(text)
+    raise ValueError(f"a {kind} field cannot be set from text")
+
+
+def _type_name(kind) -> str:
+    return getattr(kind, "__name__", None) if typing.get_origin(kind) is None else str(kind).replace("typing.", "")
+
+
+def finished(run_dir: str) -> bool:
+    return all(os.path.exists(os.path.join(run_dir, f)) for f in ("summary.json", "metrics.csv"))
+
+
+def front_rows(output_dir: str, methods, noise_multipliers, seeds, skip_missing: bool = False) -> tuple[list[dict], list[str], list[str]]:
+    """(rows, missing run names, notes on attacks skipped before the last round).
+
+    A row per (method, nu) with at least one finished seed; without `skip_missing` an unfinished
+    run raises FileNotFoundError naming it.
+    """
+    rows, missing, notes = [], [], []
+    for method, nu in cells(methods, noise_multipliers):
+        runs = []
+        for seed in seeds:
+            run_dir = os.path.join(output_dir, run_name(method, nu, seed))
+            if not finished(run_dir):
+                if not skip_missing:
+                    raise FileNotFoundError(f"{run_dir} has no finished run (summary.json, metrics.csv)")
+                missing.append(os.path.basename(run_dir))
+                continue
+            with open(os.path.join(run_dir, "summary.json")) as f:
+                runs.append((seed, json.load(f), privacy_table.read_metrics(run_dir)))
+        if not runs:
+            continue
+        last = [privacy_table.last_attack(metrics) for _, _, metrics in runs]
+        for (seed, _, metrics), (_, at) in zip(runs, last):
+            final = max((int(r["round"]) for r in metrics), default=0)
+            if at < final:
+                notes.append(f"{run_name(method, nu, seed)}: last attack at round {at} of {final} (later ones skipped: model not finite)")
+        best = privacy_table.mean_std([s["best_val_mse_db"] for _, s, _ in runs])
+        final_attack = privacy_table.mean_std([a for a, _ in last])
+        per_run_mean = [privacy_table.mean_std([r.get("attack_rmse_m", np.nan) for r in metrics])[0] for _, _, metrics in runs]
+        constant = [privacy_table.mean_std([r.get("attack_constant_rmse_m", np.nan) for r in metrics])[0] for _, _, metrics in runs]
+        rows.append(dict(zip(COLUMNS, (
+            method, nu, len(runs), best[0], best[1], final_attack[0], final_attack[1],
+            privacy_table.mean_std(per_run_mean)[0], privacy_table.mean_std(constant)[0],  # Run by run, then over seeds.
+        ))))
+    return rows, missing, notes
+
+
+def write_results(output_dir: str, methods, noise_multipliers, seeds, skip_missing: bool = False) -> dict:
+    """Writes front.csv, front.md and front.png from the finished runs; returns their paths, the
+    rows and the names of the missing runs. FileNotFoundError if no run (or, without
+    `skip_missing`, not every run) is finished."""
+    rows, missing, notes = front_rows(output_dir, methods, noise_multipliers, seeds, skip_missing)
+    if not rows:
+        raise FileNotFoundError(f"{output_dir} holds no finished run of the front (missing: {', '.join(missing)})")
+    paths = {k: os.path.join(output_dir, f"front.{k}") for k in ("csv", "md", "png")}
+    with open(paths["csv"], "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    with open(paths["md"], "w") as f:
+        f.write(_markdown(rows, seeds, missing, notes))
+    _figure(paths["png"], rows)
+    return {"rows": rows, "missing": missing, "table_md": paths["md"], "csv": paths["csv"], "figure": paths["png"]}
+
+
+def _markdown(rows, seeds, missing, notes) -> str:
+    lines = [
+        f"Privacy-utility front (seeds {', '.join(map(str, seeds))}; mean +- std over the seeds of each row)",
+        "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "| " + " | ".join("---" for _ in COLUMNS) + " |",
+    ]
+    for r in rows:
+        values = [r["method"], f"{r['noise_multiplier']:g}", str(r["seeds"])] + [f"{r[c]:.2f}" for c in COLUMNS[3:]]
+        lines.append("| " + " | ".join(values) + " |")
+    if notes:
+        lines += [""] + [f"- {n}" for n in notes]
+    if missing:
+        lines += ["", f"Not finished, left out: {', '.join(missing)}."]
+    return "\n".join(lines) + "\n"
+
+
+def _figure(path: str, rows) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 5))
+    for method in dict.fromkeys(r["method"] for r in rows):
+        points = sorted((r for r in rows if r["method"] == method), key=lambda r: r["noise_multiplier"])
+        x, y = [p["best_val_mse_db_mean"] for p in points], [p["final_attack_rmse_m_mean"] for p in points]
+        bars = dict(xerr=[p["best_val_mse_db_std"] for p in points], yerr=[p["final_attack_rmse_m_std"] for p in points], capsize=3)
+        if method == "none":
+            ax.errorbar(x, y, **bars, color="k", marker="*", markersize=14, linestyle="none", zorder=3, label=LABELS["none"])
+        else:
+            ax.errorbar(x, y, **bars, marker="o", label=LABELS.get(method, method))
+        for p, px, py in zip(points, x, y):
+            if method not in NOISE_FREE:
+                ax.annotate(rf"$\nu$={p['noise_multiplier']:g}", (px, py), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    constant = privacy_table.mean_std([r["constant_rmse_m"] for r in rows])[0]
+    if np.isfinite(constant):
+        ax.axhline(constant, color="k", linestyle="--", label="constant guess")
+    ax.set(xlabel="best validation MSE (dB)", ylabel="final attacker RMSE (m)", title="Privacy-utility front")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
