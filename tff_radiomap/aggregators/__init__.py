@@ -6,4 +6,5 @@ from tff_radiomap.aggregators.adaptive_noise import AdaptiveGroupNoiseFactory
 from tff_radiomap.aggregators.clip_only import ClipOnlyFactory
 from tff_radiomap.aggregators.directed_noise import DirectedNoiseFactory
 from tff_radiomap.aggregators.uniform_noise import UniformNoiseFactory, central_gaussian_factory
+from tff_radiomap.aggregators import subspace_noise
 from tff_radiomap.aggregators.subspace_noise import SubspaceNoiseFactory

@@ -94,6 +94,32 @@ class ClientPerturbationFactory(tff.aggregators.UnweightedAggregationFactory, tf
             return tf.random.normal(shape) * sigma
         return tf.random.stateless_normal(shape, seed=seed) * sigma
 
+    # -- what a defense-aware observer does ------------------------------------------------------
+    def aware_variants(self) -> tuple[str, ...]:
+        """Views a defense-aware observer takes of a privatized upload besides the plain one:
+        'whitened' (each group scaled by 1 / its sigma, the noise covariance's inverse square
+        root, up to a common factor; with noise-free groups, the noised ones removed) and
+        'projected' (only the least-noised groups kept). A defense whose noise is the same on every
+        coordinate has none."""
+        return ("whitened", "projected")
+
+    def aware_weights(self, sigma, variant: str):
+        """Per-group weights [G] of view `variant` for per-group noise scales `sigma` (TF code)."""
+        sigma = tf.convert_to_tensor(sigma, tf.float32)
+        present = tf.constant(self.groups.sizes > 0) if self.groups is not None else tf.ones_like(sigma, tf.bool)
+        s_min = tf.reduce_min(tf.where(present, sigma, tf.fill(tf.shape(sigma), np.float32(np.inf))))
+        least = tf.cast(sigma <= s_min * (1.0 + 1e-6), tf.float32)
+        if variant == "projected":
+            return least
+        if variant == "whitened":
+            return tf.where(s_min > 0, s_min / tf.maximum(sigma, 1e-30), least)
+        raise ValueError(f"aware view {variant!r}: expected one of {self.aware_variants()}")
+
+    def whiten(self, flat, weights):
+        """The upload (a list of tensors) with group g's part scaled by weights[g] (TF code)."""
+        groups = self.groups or ParameterGroups.single([tuple(t.shape) for t in flat])
+        return [u * tf.gather(weights, tf.constant(ids)) for u, ids in zip(flat, groups.ids)]
+
     # -- outside TFF ---------------------------------------------------------------------------
     def initial_extras(self) -> collections.OrderedDict:
         """The defense parameters a fresh process starts with (what `privatize` uses by default)."""

@@ -14,5 +14,8 @@ class ClipOnlyFactory(ClientPerturbationFactory):
     def __init__(self, clip_norm: float, groups=None, inner_factory=None):
         super().__init__(clip_norm, noise_multiplier=0.0, groups=groups, inner_factory=inner_factory)
 
+    def aware_variants(self):
+        return ()  # No noise: nothing to whiten.
+
     def _client_sigmas(self, extras, clipped_flat, group_ids, groups):
         return tf.zeros([groups.num_groups], tf.float32)

@@ -19,6 +19,9 @@ class DirectedNoiseFactory(ClientPerturbationFactory):
             raise ValueError("DirectedNoiseFactory needs parameter groups with at least one transmitter-sensitive group")
         super().__init__(clip_norm, noise_multiplier, groups=groups, inner_factory=inner_factory, seed=seed)
 
+    def aware_variants(self):
+        return ("whitened",)  # Noise-free groups exist: whitening is the projection.
+
     def _client_sigmas(self, extras, clipped_flat, group_ids, groups):
         sigmas = budget_lib.directed_sigmas(groups.sizes, groups.sensitive, self.budget(groups))
         return tf.constant(sigmas)

@@ -31,6 +31,9 @@ class UniformNoiseFactory(ClientPerturbationFactory):
         """The event of one upload (add/remove-one adjacency of the client's update)."""
         return dp_accounting.GaussianDpEvent(self.noise_multiplier)
 
+    def aware_variants(self):
+        return ()  # The same sigma on every coordinate: whitening changes nothing.
+
     def _clip(self, flat):
         params = self.query.derive_sample_params(self.query.initial_global_state())
         clipped, norm = self.query.preprocess_record_impl(params, flat)

@@ -100,17 +100,23 @@ class TraceCollector:
         self.model, self.optimizer, self.steps = model, optimizer, steps
         self.defense, self.extras = defense, extras
         self.transposed = transposed_flags(model)
+        # The defense-aware observer's views of the same privatized uploads (none for No Defense).
+        self.variants = ("plain",) + (tuple(defense.aware_variants()) if defense is not None else ())
         self._traces = tf.function(self._traces_impl)
 
     def _trace_impl(self, x, y, extras, seed):
         uploads = local_training.local_updates(self.model, self.optimizer, x, y, self.steps)
-        if self.defense is not None:
-            privatized = []
-            for s, upload in enumerate(uploads):
-                noised, _ = self.defense.privatize(upload, extras, seed=None if seed is None else seed + tf.constant([0, s], tf.int64))
-                privatized.append(noised)
-            uploads = privatized
-        return fingerprint(uploads, self.transposed)
+        if self.defense is None:
+            return fingerprint(uploads, self.transposed)[None]
+        privatized, sigma = [], None
+        for s, upload in enumerate(uploads):
+            noised, sigma = self.defense.privatize(upload, extras, seed=None if seed is None else seed + tf.constant([0, s], tf.int64))
+            privatized.append(noised)
+        views = [fingerprint(privatized, self.transposed)]
+        for variant in self.variants[1:]:
+            weights = self.defense.aware_weights(sigma, variant)
+            views.append(fingerprint([self.defense.whiten(u, weights) for u in privatized], self.transposed))
+        return tf.stack(views)
 
     def _traces_impl(self, x, y, extras, seeds):
         # One graph for a chunk of samples: a per-sample Python loop costs more than the steps.
@@ -121,12 +127,17 @@ class TraceCollector:
         return out.stack()
 
     def collect(self, x: np.ndarray, y: np.ndarray, chunk: int = 256, seed: tuple[int, int] | None = None) -> np.ndarray:
-        """Fingerprints [N, F] of the traces of samples x [N, r, r, 2], y [N, r, r, 1].
+        """Fingerprints [N, F] of the traces of samples x [N, r, r, 2], y [N, r, r, 1] (the plain view).
 
         Uses the model's current weights and `self.extras`; neither change retraces. With `seed`
         (a pair of ints) the defense's noise is a function of (seed, sample index, step): the same
         call gives the same fingerprints; without it the noise is fresh each call.
         """
+        return self.collect_views(x, y, chunk, seed)["plain"]
+
+    def collect_views(self, x: np.ndarray, y: np.ndarray, chunk: int = 256, seed: tuple[int, int] | None = None) -> dict[str, np.ndarray]:
+        """{variant: fingerprints [N, F]} of the same privatized traces: 'plain', and the views of a
+        defense-aware observer (`ClientPerturbationFactory.aware_variants`)."""
         extras = None
         if self.defense is not None:
             extras = tf.nest.map_structure(tf.convert_to_tensor, self.extras if self.extras is not None else self.defense.initial_extras())
@@ -143,7 +154,8 @@ class TraceCollector:
             ).numpy()
             for s in range(0, len(x), chunk)
         ]
-        return np.concatenate(out)  # float32: [N, F] is the attack's largest array.
+        stacked = np.concatenate(out)  # float32 [N, V, F]: the attack's largest array.
+        return {v: np.ascontiguousarray(stacked[:, i]) for i, v in enumerate(self.variants)}
 
 
 class LocalizationAttacker:
@@ -169,10 +181,14 @@ class LocalizationAttacker:
         n_val = max(1, int(self.validation_fraction * len(z)))
         val, tr = order[:n_val], order[n_val:]
         fit_tr = _DualRidge(gram[np.ix_(tr, tr)], coords[tr])
-        errors = [_rmse(gram[np.ix_(val, tr)] @ fit_tr.coef(a) + fit_tr.mean, coords[val]) for a in self.alphas]
-        self.alpha = self.alphas[int(np.argmin(errors))]
+        # alpha = inf is the constant predictor (the mean training position): the grid reaches it, so
+        # an attacker whose features carry nothing falls back to the constant guess, not below it.
+        alphas = tuple(self.alphas) + (np.inf,)
+        errors = [_rmse((gram[np.ix_(val, tr)] @ fit_tr.coef(a) if np.isfinite(a) else 0.0) + fit_tr.mean, coords[val]) for a in alphas]
+        self.alpha = alphas[int(np.argmin(errors))]
         full = _DualRidge(gram, coords)
-        self._w, self._mean = z.T @ full.coef(self.alpha).astype(np.float32), full.mean
+        coef = full.coef(self.alpha) if np.isfinite(self.alpha) else np.zeros_like(coords, dtype=np.float64)
+        self._w, self._mean = z.T @ coef.astype(np.float32), full.mean
         return self
 
     def predict(self, features: np.ndarray) -> np.ndarray:
@@ -198,11 +214,16 @@ def _rmse(pred, coords) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class AttackResult:
+    """The stronger (lower-RMSE) of the plain and the defense-aware attacker, and each of them."""
+
     rmse_m: float
     constant_rmse_m: float
     train_traces: int
     test_traces: int
     alpha: float
+    plain_rmse_m: float = float("nan")
+    aware_rmse_m: float = float("nan")  # The best aware view; nan without a defense.
+    view: str = "plain"  # Which view gave rmse_m.
 
     @property
     def ratio(self) -> float:
@@ -236,27 +257,41 @@ def drop_held_out(extra: dict, held_out: dict) -> dict:
 def run_attack(collector: TraceCollector, samples: dict, config: AttackConfig, extra: dict | None = None) -> AttackResult:
     """Collects traces for the samples of `samples` (x, y, coords_m), fits h, scores held-out.
 
-    `extra` (x, y, coords_m): more labelled samples the observer simulated itself; their traces
-    join the training traces (never the held-out ones).
+    The observer knows the defense: its training traces are privatized by it, and besides the
+    plain fingerprints it fits one attacker per defense-aware view (features whitened by the noise
+    covariance, `TraceCollector.collect_views`); the stronger scores. `extra` (x, y, coords_m):
+    more labelled samples the observer simulated itself; their traces join the training traces
+    (never the held-out ones).
     """
     train, test = split_traces(len(samples["x"]), config)
     # The noise of the train, held-out and extra traces: three seeded streams (reproducible attacks).
-    f_train = collector.collect(samples["x"][train], samples["y"][train], seed=(config.seed, 0))
-    f_test = collector.collect(samples["x"][test], samples["y"][test], seed=(config.seed, 1))
+    v_train = collector.collect_views(samples["x"][train], samples["y"][train], seed=(config.seed, 0))
+    v_test = collector.collect_views(samples["x"][test], samples["y"][test], seed=(config.seed, 1))
     c_train, c_test = samples["coords_m"][train].astype(np.float64), samples["coords_m"][test].astype(np.float64)
     if extra is not None:
         extra = drop_held_out(extra, {k: v[test] for k, v in samples.items()})
     if extra is not None and len(extra["x"]):
-        f_train = np.concatenate([f_train, collector.collect(extra["x"], extra["y"], seed=(config.seed, 2))])
+        v_extra = collector.collect_views(extra["x"], extra["y"], seed=(config.seed, 2))
+        v_train = {k: np.concatenate([v, v_extra[k]]) for k, v in v_train.items()}
         c_train = np.concatenate([c_train, extra["coords_m"].astype(np.float64)])
-    if not (np.all(np.isfinite(f_train)) and np.all(np.isfinite(f_test))):
-        raise FloatingPointError("attack traces are not finite: the global model's local steps diverged")
-    attacker = LocalizationAttacker(config.ridge_alphas, config.validation_fraction, config.seed).fit(f_train, c_train)
-    constant = np.broadcast_to(c_train.mean(0), c_test.shape)
+    constant = _rmse(np.broadcast_to(c_train.mean(0), c_test.shape), c_test)
+    scores = {}
+    for view in list(v_train):
+        f_train, f_test = v_train.pop(view), v_test.pop(view)  # Free each view once fitted.
+        if not (np.all(np.isfinite(f_train)) and np.all(np.isfinite(f_test))):
+            raise FloatingPointError("attack traces are not finite: the global model's local steps diverged")
+        attacker = LocalizationAttacker(config.ridge_alphas, config.validation_fraction, config.seed).fit(f_train, c_train)
+        scores[view] = (_rmse(attacker.predict(f_test), c_test), attacker.alpha)
+        del f_train, f_test, attacker
+    best = min(scores, key=lambda v: scores[v][0])
+    aware = [r for v, (r, _) in scores.items() if v != "plain"]
     return AttackResult(
-        rmse_m=_rmse(attacker.predict(f_test), c_test),
-        constant_rmse_m=_rmse(constant, c_test),
-        train_traces=len(f_train),
+        rmse_m=scores[best][0],
+        constant_rmse_m=constant,
+        train_traces=len(c_train),
         test_traces=len(test),
-        alpha=attacker.alpha,
+        alpha=scores[best][1],
+        plain_rmse_m=scores["plain"][0],
+        aware_rmse_m=min(aware) if aware else float("nan"),
+        view=best,
     )
