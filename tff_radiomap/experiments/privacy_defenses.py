@@ -10,22 +10,36 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import os
+import time
 
+import numpy as np
 import tensorflow as tf
 
-from tff_radiomap.aggregators import AdaptiveGroupNoiseFactory, ClipOnlyFactory, DirectedNoiseFactory, UniformNoiseFactory
+from tff_radiomap.aggregators import AdaptiveGroupNoiseFactory, ClipOnlyFactory, DirectedNoiseFactory, SubspaceNoiseFactory, UniformNoiseFactory, subspace_noise
 from tff_radiomap.aggregators.client_perturbation import with_extras
+from tff_radiomap.data import radiomapseer, twin
 from tff_radiomap.learning import keras_wrap, local_training, radiounet_process
 from tff_radiomap.learning.keras_wrap import Phase
-from tff_radiomap.privacy import allocator, attack, groups
+from tff_radiomap.privacy import allocator, attack, groups, leakage_basis
 
-NOISE_DEFENSES = ("uniform", "directed", "adaptive")
+NOISE_DEFENSES = ("uniform", "directed", "adaptive", "subspace")
+# Per attacked round: the stronger attacker (what tables report), the plain and the defense-aware one.
+ATTACK_METRICS = ("attack_rmse_m", "attack_constant_rmse_m", "attack_plain_rmse_m", "attack_aware_rmse_m")
 
 
-def make_factory(name: str, config, phase: Phase):
-    """The `tff.aggregators` factory of defense `name` for the uploads of `phase`."""
-    g = groups.radiounet_groups(config.model_config(), phase)
+def make_factory(name: str, config, phase: Phase, basis_dir: str | None = None):
+    """The `tff.aggregators` factory of defense `name` for the uploads of `phase`.
+
+    The subspace defense reads its basis from `basis_dir`/phase<P>.bin at every call
+    (`BasisRefresher` writes it); the other defenses ignore `basis_dir`.
+    """
     c, nu, seed = config.clip_norm, config.noise_multiplier, config.seed
+    if name == "subspace":
+        if basis_dir is None:
+            raise ValueError("the subspace defense needs a basis folder (basis_dir)")
+        return SubspaceNoiseFactory(c, nu, subspace_groups(config, phase), share=config.subspace_share, basis_path=basis_path(basis_dir, phase), seed=seed)
+    g = groups.radiounet_groups(config.model_config(), phase)
     if name == "clip":
         return ClipOnlyFactory(c)
     if name == "uniform":
@@ -37,6 +51,104 @@ def make_factory(name: str, config, phase: Phase):
             c, nu, groups=g, total_rounds=config.rounds, phase=int(phase == Phase.STAGE2), sigma_min=config.sigma_min, seed=seed
         )
     raise ValueError(f"defense {name!r}: expected one of clip, {', '.join(NOISE_DEFENSES)}")
+
+
+def basis_path(basis_dir: str, phase: Phase) -> str:
+    return os.path.join(basis_dir, f"phase{int(phase)}.bin")
+
+
+def subspace_groups(config, phase: Phase) -> groups.SubspaceGroups:
+    """The leakage partition of `phase`'s upload: K = maps * k_per_map directions in
+    `basis_blocks` blocks, and the residual; the basis itself comes at run time."""
+    shapes = tuple(tuple(int(d) for d in v.shape) for v in keras_wrap.build_phase_model(config.model_config(), phase).trainable_variables)
+    rank = _num_maps(config.data_root) * config.basis_k_per_map
+    return groups.SubspaceGroups(shapes, leakage_basis.block_sizes(rank, config.basis_blocks))
+
+
+def _num_maps(root: str) -> int:
+    folder = os.path.join(root, "png", "buildings_complete")
+    if not os.path.isdir(folder):
+        raise radiomapseer.DataLayoutError(f"data root {root} lacks png/buildings_complete/")
+    return sum(1 for f in os.listdir(folder) if f.endswith(".png") and f[:-4].isdigit())
+
+
+class BasisRefresher:
+    """Keeps the subspace defense's leakage basis at the current global model.
+
+    At the first round of each phase and every `basis_every` rounds of it, before the round (so
+    that its attack and its clients see the same defense), the uploads of the phase's model on the
+    defender's twin samples (every public map, `basis_positions` positions each, none a sample of
+    the data set) give V (`leakage_basis.leakage_basis`), written to the run's basis folder, read
+    there by the clients inside the TFF computation and set on the observer's factories. On resume
+    the basis of the last refresh is read back from its file.
+    """
+
+    def __init__(self, config, basis_dir: str, factories: dict):
+        self.config, self.basis_dir, self.factories = config, basis_dir, factories
+        root = config.twin_root or twin.ensure_twin(config.data_root, config.basis_positions, seed=0, workers=2)
+        data = radiomapseer.RadioMapSeer(radiomapseer.LoaderConfig(root=root, resolution=config.resolution))
+        if len(data.map_ids) != _num_maps(config.data_root) or data.num_transmitters < config.basis_positions:
+            raise radiomapseer.DataLayoutError(
+                f"twin {root} has {len(data.map_ids)} maps x {data.num_transmitters} positions; expected the "
+                f"{_num_maps(config.data_root)} maps of {config.data_root} x at least basis_positions={config.basis_positions}"
+            )
+        a = data.arrays(np.arange(len(data.map_ids)))
+        keep = a["tx"] < config.basis_positions
+        self.x, self.y, self.map_of = a["x"][keep], a["y"][keep], a["map_id"][keep]
+        self._models, self._collectors, self._loaded = {}, {}, set()
+
+    def due(self, round_num: int) -> bool:
+        phase_of = self.config.phase_for_round
+        start = min(r for r in range(1, round_num + 1) if phase_of(r) == phase_of(round_num) and (r == 1 or phase_of(r - 1) != phase_of(r)))
+        return (round_num - start) % self.config.basis_every == 0
+
+    def before_round(self, trainer, state, round_num: int) -> dict:
+        """Refreshes the basis if due (else makes sure the observer has the current one); the
+        round's measurements `basis_refreshed` and `basis_seconds`."""
+        phase = self.config.phase_for_round(round_num)
+        path = basis_path(self.basis_dir, phase)
+        if not self.due(round_num):
+            if phase not in self._loaded:  # Resumed between refreshes: the file holds the last one.
+                if not os.path.exists(path):
+                    raise FileNotFoundError(f"{path}: the subspace basis of the last refresh is missing; the run cannot resume exactly (start again with --overwrite)")
+                self._set(phase, subspace_noise.read_basis(path).numpy())
+            return {"basis_refreshed": 0, "basis_seconds": 0.0}
+        t0 = time.monotonic()
+        basis = self.compute(phase, trainer.network_weights(state))
+        os.makedirs(self.basis_dir, exist_ok=True)
+        subspace_noise.write_basis(path, basis)
+        self._set(phase, basis)
+        return {"basis_refreshed": 1, "basis_seconds": time.monotonic() - t0}
+
+    def placeholder(self, phases) -> None:
+        """Writes a stand-in basis (unit vectors) for each phase in `phases` that has none yet, so
+        that the warm-up run of a later phase's computation (`PhasedProcess.warm_up`) finds a file;
+        the phase's first round refreshes it before any of its rounds runs."""
+        for phase in phases:
+            path = basis_path(self.basis_dir, phase)
+            if not os.path.exists(path):
+                g = subspace_groups(self.config, phase)
+                os.makedirs(self.basis_dir, exist_ok=True)
+                subspace_noise.write_basis(path, np.eye(g.num_coordinates, g.rank, dtype=np.float32))
+
+    def compute(self, phase: Phase, weights) -> np.ndarray:
+        """V [d, K] for the phase's model holding `weights`."""
+        if phase not in self._models:
+            self._models[phase] = keras_wrap.build_phase_model(self.config.model_config(), phase)
+            optimizer = radiounet_process.build_optimizer(self.config.client_optimizer, self.config.client_learning_rate)
+            self._collectors[phase] = leakage_basis.UploadCollector(self._models[phase], optimizer)
+        local_training.set_phase_weights(self._models[phase], weights, phase)
+        uploads = self._collectors[phase].collect(self.x, self.y)
+        if not np.all(np.isfinite(uploads)):
+            raise FloatingPointError("the twin's uploads are not finite: the global model diverged")
+        basis, _ = leakage_basis.leakage_basis(uploads, self.map_of, self.config.basis_k_per_map)
+        return basis
+
+    def _set(self, phase: Phase, basis: np.ndarray) -> None:
+        factory = self.factories.get(phase)
+        if factory is not None:
+            factory.set_basis(basis)
+        self._loaded.add(phase)
 
 
 def aggregator_extras(state, factory):
@@ -101,7 +213,8 @@ class PrivacyHooks:
             attack.AttackConfig(cfg.attack_steps, cfg.attack_train_traces, cfg.attack_test_traces, seed=cfg.seed + round_num),
             extra=self.extra_pool,
         )
-        return {"attack_rmse_m": result.rmse_m, "attack_constant_rmse_m": result.constant_rmse_m}
+        values = (result.rmse_m, result.constant_rmse_m, result.plain_rmse_m, result.aware_rmse_m)
+        return dict(zip(ATTACK_METRICS, values))
 
     def train_allocator(self, trainer, state, round_num: int):
         """After round `round_num`: one allocator round for the adaptive defense; new state."""

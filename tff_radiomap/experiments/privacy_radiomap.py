@@ -76,6 +76,14 @@ class ExperimentConfig:
     attack_train_traces: int = 1024
     attack_test_traces: int = 256
     attack_extra_root: str = ""  # The observer's own simulated samples (RadioMapSeer layout), training traces only.
+    # Subspace Noise (privacy_defenses.BasisRefresher): share of B in the twin's leakage basis,
+    # from `basis_positions` twin positions a map and its top `basis_k_per_map` directions.
+    subspace_share: float = 0.5
+    basis_positions: int = 32
+    basis_k_per_map: int = 8
+    basis_blocks: int = 1
+    basis_every: int = 10  # Refresh at every phase's first round and every n rounds of it.
+    twin_root: str = ""  # The defender's twin (RadioMapSeer layout); default: data.twin.ensure_twin(data_root).
     allocator_lambda_p: float = 1.0
     allocator_lambda_h: float = 0.01
     map_size_m: float = 256.0
@@ -101,6 +109,11 @@ class ExperimentConfig:
             (math.isfinite(self.noise_multiplier) and self.noise_multiplier >= 0, "noise_multiplier", "a non-negative number"),
             (math.isfinite(self.sigma_min) and self.sigma_min >= 0, "sigma_min", "a non-negative number"),
             (self.attack_every >= 0, "attack_every", "an integer >= 0"),
+            (math.isfinite(self.subspace_share) and 0 <= self.subspace_share <= 1, "subspace_share", "a number in [0, 1]"),
+            (self.basis_positions >= 2, "basis_positions", "an integer >= 2"),
+            (1 <= self.basis_k_per_map < self.basis_positions, "basis_k_per_map", f"an integer in 1..basis_positions-1={self.basis_positions - 1}"),
+            (self.basis_blocks >= 1, "basis_blocks", "an integer >= 1"),
+            (self.basis_every >= 1, "basis_every", "an integer >= 1"),
             (self.attack_steps >= 1, "attack_steps", "an integer >= 1"),
             (self.attack_train_traces >= 10, "attack_train_traces", "an integer >= 10"),
             (self.attack_test_traces >= 1, "attack_test_traces", "an integer >= 1"),
@@ -133,7 +146,7 @@ class ExperimentConfig:
         return Phase.STAGE1 if round_num <= self.stage1_rounds else Phase.STAGE2
 
 
-AggregatorFn = Callable[[ExperimentConfig, Phase], "radiounet_process.AggregationFactory | None"]
+AggregatorFn = Callable[[ExperimentConfig, Phase, "str | None"], "radiounet_process.AggregationFactory | None"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,8 +154,9 @@ class Defense:
     """A row of the defense table.
 
     protocol: 'two_stage' (No Defense's protocol) or 'fedsgd'.
-    model_aggregator: (config, phase) -> a `tff.aggregators` factory for the uploads of that
-      phase, or None for the plain example-weighted mean.
+    model_aggregator: (config, phase, basis_dir) -> a `tff.aggregators` factory for the uploads of
+      that phase, or None for the plain example-weighted mean; `basis_dir` is the run's folder of
+      subspace bases (only the subspace defense uses it).
     """
 
     protocol: str
@@ -161,19 +175,22 @@ def register_defense(name: str, defense: Defense) -> None:
     DEFENSES[name] = defense
 
 
-register_defense("none", Defense("two_stage", lambda config, phase: None, "No Defense: two-stage protocol, weighted mean"))
-register_defense("fedsgd", Defense("fedsgd", lambda config, phase: None, "FedSGD: one local gradient step, both stages"))
+register_defense("none", Defense("two_stage", lambda config, phase, basis_dir=None: None, "No Defense: two-stage protocol, weighted mean"))
+register_defense("fedsgd", Defense("fedsgd", lambda config, phase, basis_dir=None: None, "FedSGD: one local gradient step, both stages"))
 for _name, _text in (
     ("clip", "Clip Only: client-side L2 clipping at C"),
     ("uniform", "Uniform Noise: clip, then N(0, (C nu)^2) on every coordinate (TF-Privacy Gaussian query)"),
     ("directed", "Directed Uniform: clip, then the whole budget on the transmitter-sensitive groups"),
     ("adaptive", "Adaptive: clip, then the budget split by the learned allocator (Eqs. (12)-(16))"),
+    ("subspace", "Subspace Noise: clip, then a share of the budget in the twin's leakage subspace, the rest on its complement"),
 ):
-    register_defense(_name, Defense("two_stage", lambda config, phase, n=_name: privacy_defenses.make_factory(n, config, phase), _text))
+    register_defense(
+        _name, Defense("two_stage", lambda config, phase, basis_dir=None, n=_name: privacy_defenses.make_factory(n, config, phase, basis_dir), _text)
+    )
 
 
 # ---------------------------------------------------------------------------------------------
-def build_trainer(config: ExperimentConfig, data: federated_data.FederatedRadioMaps, data_by_reference: bool = True):
+def build_trainer(config: ExperimentConfig, data: federated_data.FederatedRadioMaps, data_by_reference: bool = True, basis_dir: str | None = None):
     """The `PhasedProcess` (federated) or `CentralisedReference` that `config` describes.
 
     Federated clients train with the tensor local loop; with `data_by_reference` (TFF workers that
@@ -191,9 +208,9 @@ def build_trainer(config: ExperimentConfig, data: federated_data.FederatedRadioM
     defense = DEFENSES[config.defense]
     data_path = dict(batch_size=config.batch_size, data_by_reference=data_by_reference and not config.nan_injection())
     if defense.protocol == "fedsgd":
-        aggregator = defense.model_aggregator(config, Phase.JOINT)
+        aggregator = defense.model_aggregator(config, Phase.JOINT, basis_dir)
         return radiounet_process.build_fedsgd_process(model_config, initial, client_opt, server_opt, aggregator, **data_path)
-    aggregators = {phase: defense.model_aggregator(config, phase) for phase in (Phase.STAGE1, Phase.STAGE2)}
+    aggregators = {phase: defense.model_aggregator(config, phase, basis_dir) for phase in (Phase.STAGE1, Phase.STAGE2)}
     return radiounet_process.build_two_stage_process(
         model_config, initial, config.stage1_rounds, client_opt, server_opt, aggregators, **data_path
     )
@@ -228,7 +245,7 @@ class DataTooSmallError(ValueError):
     """The data set cannot serve the configuration (e.g. fewer samples than the attack needs)."""
 
 
-RUN_FILES = ("config.json", "metrics.csv", "summary.json", "program_state", "tensorboard", "allocator_state")
+RUN_FILES = ("config.json", "metrics.csv", "summary.json", "program_state", "tensorboard", "allocator_state", "basis")
 
 
 def _check_config(config: ExperimentConfig, output_dir: str) -> bool:
@@ -285,8 +302,10 @@ def run(
             return json.load(f)
     started = time.monotonic()
     data = load_data(config)
-    hooks = _privacy_hooks(config)  # Before the (slow) trainer: it checks the data can serve the attack.
-    trainer = build_trainer(config, data, data_by_reference=data_by_reference)
+    basis_dir = os.path.join(output_dir, "basis")
+    hooks = _privacy_hooks(config, basis_dir)  # Before the (slow) trainer: it checks the data can serve the attack.
+    refresher = _basis_refresher(config, basis_dir, hooks)
+    trainer = build_trainer(config, data, data_by_reference=data_by_reference, basis_dir=basis_dir)
     evaluator = reconstruction.Evaluator(config.model_config(), *data.val)
     if not config_saved:  # Only once the data loaded and the trainer built: a failed start leaves no config.
         _write_config(config, output_dir)
@@ -303,10 +322,12 @@ def run(
             tff.program.TensorBoardReleaseManager(os.path.join(output_dir, "tensorboard")),
             tff.program.LoggingReleaseManager(),
         ])
-        _warm_up(config, data, trainer, done)
+        _warm_up(config, data, trainer, done, refresher)
         bar = _progress_bar(config, done, progress)
         for round_num in range(done + 1, config.rounds + 1):
+            refreshed = refresher.before_round(trainer, program_state["trainer_state"], round_num) if refresher else {}
             row = _train_round(config, data, trainer, evaluator, program_state, round_num, hooks)
+            row.update(refreshed)
             loop.run_until_complete(releases.release(row, key=round_num))
             _save_allocator(output_dir, hooks, round_num)  # Before the program state: resume needs both.
             loop.run_until_complete(states.save(_to_saved(trainer, program_state), round_num))
@@ -325,14 +346,21 @@ def run(
     return summary
 
 
-def _privacy_hooks(config: ExperimentConfig):
+def _basis_refresher(config: ExperimentConfig, basis_dir: str, hooks):
+    """The subspace defense's basis keeper (None for other defenses); its twin is made if absent."""
+    if config.defense != "subspace":
+        return None
+    return privacy_defenses.BasisRefresher(config, basis_dir, hooks.factories if hooks is not None else {})
+
+
+def _privacy_hooks(config: ExperimentConfig, basis_dir: str | None = None):
     """Attack and allocator hooks, or None when the run needs neither."""
     if config.centralised or (config.attack_every == 0 and config.defense != "adaptive"):
         return None
     data = radiomapseer.RadioMapSeer(radiomapseer.LoaderConfig(root=config.data_root, resolution=config.resolution))
     defense = DEFENSES[config.defense]
     phases = (Phase.JOINT,) if defense.protocol == "fedsgd" else (Phase.STAGE1, Phase.STAGE2)
-    factories = {p: defense.model_aggregator(config, p) for p in phases}
+    factories = {p: defense.model_aggregator(config, p, basis_dir) for p in phases}
     # The observer's labelled pool: every (map, transmitter) sample of the data set (building maps
     # are public; the held-out traces are other samples), plus its own simulations if given.
     pool = privacy_defenses.attacker_pool(data, np.arange(len(data.map_ids)))
@@ -349,7 +377,7 @@ def _privacy_hooks(config: ExperimentConfig):
     return privacy_defenses.PrivacyHooks(config, pool, factories, extra_pool=extra)
 
 
-def _warm_up(config: ExperimentConfig, data, trainer, done: int) -> None:
+def _warm_up(config: ExperimentConfig, data, trainer, done: int, refresher=None) -> None:
     """Loads the computations of the phases after the next round's one before training, so that
     memory does not step up mid-run when stage 2 starts (`PhasedProcess.warm_up`)."""
     if config.centralised or done >= config.rounds or not hasattr(trainer, "warm_up"):
@@ -357,6 +385,8 @@ def _warm_up(config: ExperimentConfig, data, trainer, done: int) -> None:
     later = {config.phase_for_round(r) for r in range(done + 1, config.rounds + 1)} - {config.phase_for_round(done + 1)}
     if later:
         clients = federated_data.sample_clients(config.seed, done + 1, config.num_clients, config.clients_per_round)
+        if refresher is not None:
+            refresher.placeholder(later)
         trainer.warm_up(later, trainer.round_data(data, clients, done + 1, config.batch_size, config.local_epochs))
 
 
@@ -370,7 +400,7 @@ def _train_round(config, data, trainer, evaluator, program_state, round_num: int
     state = program_state["trainer_state"]
     extra = collections.OrderedDict()
     if hooks is not None and config.attack_every:
-        extra.update(attack_rmse_m=float("nan"), attack_constant_rmse_m=float("nan"))
+        extra.update({k: float("nan") for k in privacy_defenses.ATTACK_METRICS})
         if hooks.attack_due(round_num):
             try:
                 extra.update(hooks.attack(trainer, state, round_num))
