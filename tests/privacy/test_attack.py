@@ -190,3 +190,63 @@ def test_allocator_state_restores_a_trainer_that_continues_identically(tiny):
     for k in eta2:
         np.testing.assert_allclose(eta2b[k], eta2[k], rtol=1e-6)
     assert m2b == pytest.approx(m2, rel=1e-6)
+
+
+def test_ridge_grid_reaches_the_constant_predictor():
+    # Features that carry nothing, few traces: a ridge with the small alphas of the grid overfits
+    # and scores worse than the mean position; the grid's constant predictor does not.
+    rng = np.random.default_rng(3)
+    coords = rng.uniform(0, 256, size=(60, 2))
+    noise = rng.normal(size=(60, 5000))
+    att = attack.LocalizationAttacker(alphas=(1e-3,)).fit(noise[:40], coords[:40])
+    assert att.alpha == np.inf
+    np.testing.assert_allclose(att.predict(noise[40:]), np.broadcast_to(coords[:40].mean(0), (20, 2)))
+
+
+def _whitening_defense(sigmas):
+    """A two-group defense over one tensor of 10 coordinates (3 + 7) with fixed sigmas."""
+    from tff_radiomap.aggregators.client_perturbation import ClientPerturbationFactory
+
+    ids = np.array([0, 0, 0, 1, 1, 1, 1, 1, 1, 1], np.int32)
+
+    class Fixed(ClientPerturbationFactory):
+        def _client_sigmas(self, extras, clipped_flat, group_ids, groups):
+            return tf.constant(sigmas, tf.float32)
+
+    return Fixed(1.0, 1.0, groups=G.ParameterGroups(("a", "b"), (True, False), (ids,)))
+
+
+def test_aware_views_scale_groups_by_inverse_sigma_or_keep_the_least_noised():
+    u = [tf.ones([10])]
+    d = _whitening_defense([4.0, 1.0])
+    w = d.aware_weights(tf.constant([4.0, 1.0]), "whitened").numpy()
+    np.testing.assert_allclose(w, [0.25, 1.0])
+    np.testing.assert_allclose(d.aware_weights(tf.constant([4.0, 1.0]), "projected").numpy(), [0.0, 1.0])
+    np.testing.assert_allclose(d.whiten(u, tf.constant(w))[0].numpy(), [0.25] * 3 + [1.0] * 7)
+    # A noise-free group: whitening keeps it alone (the noised group's weight is 0).
+    np.testing.assert_allclose(d.aware_weights(tf.constant([2.0, 0.0]), "whitened").numpy(), [0.0, 1.0])
+
+
+def test_aware_attacker_sees_through_noise_hidden_in_a_subspace(tiny):
+    # Subspace noise with the whole budget on a random subspace of the upload: the plain attacker
+    # is drowned, the aware one (span(V) projected out) reads the clean complement.
+    from tff_radiomap.aggregators import SubspaceNoiseFactory
+
+    cfg, model, samples = tiny
+    shapes = tuple(tuple(int(d) for d in v.shape) for v in model.trainable_variables)
+    d = sum(int(np.prod(s)) for s in shapes)
+    q, _ = np.linalg.qr(np.random.default_rng(0).normal(size=(d, 8)))
+    sub = G.SubspaceGroups(shapes, (8,), basis=q.astype(np.float32))
+    defense = SubspaceNoiseFactory(1e6, 3e-5, sub, share=1.0, seed=0)  # C so large that clipping is the identity; sigma 30.
+    collector = attack.TraceCollector(model, tff.learning.optimizers.build_sgdm(0.05), steps=1, defense=defense)
+    assert collector.variants == ("plain", "whitened", "projected")
+    views = collector.collect_views(samples["x"][:4], samples["y"][:4], seed=(1, 0))
+    clean = attack.TraceCollector(model, tff.learning.optimizers.build_sgdm(0.05), steps=1).collect(samples["x"][:4], samples["y"][:4])
+    n_signed = d  # The fingerprint starts with the signed first upload.
+    v = q.astype(np.float64)
+    expected = clean[:, :n_signed] - (clean[:, :n_signed] @ v) @ v.T
+    np.testing.assert_allclose(views["projected"][:, :n_signed], expected, atol=1e-3)  # float32 after noise of scale 30.
+    assert np.abs(views["plain"][:, :n_signed] - clean[:, :n_signed]).max() > 1.0
+    result = attack.run_attack(collector, samples, attack.AttackConfig(steps=1, train_traces=30, test_traces=10))
+    assert result.rmse_m == min(result.plain_rmse_m, result.aware_rmse_m)
+    assert result.rmse_m <= result.constant_rmse_m + 1e-9

@@ -1,0 +1,53 @@
+"""The leakage basis against numpy: per-map principal directions, their orthonormal union."""
+
+import numpy as np
+import pytest
+
+from tff_radiomap.privacy import leakage_basis
+
+
+def _uploads(rng, maps=3, per_map=12, d=200, k_true=2):
+    """Uploads whose within-map variation lies in a map-specific k_true-dimensional subspace."""
+    u, map_of, spans = [], [], []
+    for m in range(maps):
+        span = np.linalg.qr(rng.normal(size=(d, k_true)))[0]
+        coef = rng.normal(size=(per_map, k_true)) * [5.0, 2.0][:k_true]
+        u.append(rng.normal(size=d) + coef @ span.T + 0.01 * rng.normal(size=(per_map, d)))
+        map_of += [m] * per_map
+        spans.append(span)
+    return np.concatenate(u).astype(np.float32), np.array(map_of), spans
+
+
+def test_basis_spans_each_maps_leak_is_orthonormal_and_ordered():
+    rng = np.random.default_rng(0)
+    u, map_of, spans = _uploads(rng)
+    basis, variance = leakage_basis.leakage_basis(u, map_of, k_per_map=2)
+    assert basis.shape == (200, 6)
+    np.testing.assert_allclose(basis.T @ basis, np.eye(6), atol=1e-5)
+    assert np.all(np.diff(variance) <= 1e-9)
+    for span in spans:  # Each map's leak subspace lies in span(V).
+        inside = basis.astype(np.float64) @ (basis.T.astype(np.float64) @ span)
+        assert np.linalg.norm(inside - span) < 0.05 * np.linalg.norm(span)
+    assert leakage_basis.captured_share(u, map_of, basis) > 0.99
+    one, _ = leakage_basis.leakage_basis(u, map_of, k_per_map=1)
+    assert 0.3 < leakage_basis.captured_share(u, map_of, one) < 0.95
+
+
+def test_per_map_directions_match_numpy_svd():
+    rng = np.random.default_rng(1)
+    u = rng.normal(size=(10, 50)).astype(np.float32)
+    got = leakage_basis.per_map_directions(u, 3).astype(np.float64)
+    _, _, vt = np.linalg.svd(u - u.mean(0), full_matrices=False)
+    np.testing.assert_allclose(np.abs(got.T @ vt[:3].T), np.eye(3), atol=1e-4)
+
+
+def test_bad_inputs_are_named():
+    rng = np.random.default_rng(2)
+    u, map_of, _ = _uploads(rng, maps=2, per_map=3)
+    with pytest.raises(ValueError, match="k_per_map"):
+        leakage_basis.leakage_basis(u, map_of, 0)
+    with pytest.raises(ValueError, match="map 1"):
+        leakage_basis.leakage_basis(u[:4], map_of[:4], 1)
+    assert leakage_basis.block_sizes(10, 3) == (4, 3, 3)
+    with pytest.raises(ValueError, match="blocks"):
+        leakage_basis.block_sizes(3, 4)
