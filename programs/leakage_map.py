@@ -163,7 +163,8 @@ def plot(result: leakage.AuditResult, path: str) -> None:
     ks = [k for k, _ in result.spectrum]
     ax.plot(ks, [r.ratio for _, r in result.spectrum], "o-")
     ax.axhline(1.0, color="k", ls="--", lw=0.8)
-    ax.set_xlabel(f"top-k twin leakage directions projected out (rank {result.summary['basis_rank']})")
+    ax.set_ylim(0.0, 1.05)
+    ax.set_xlabel(f"top-k twin directions projected out (of {result.summary['basis_rank']})")
     ax.set_ylabel("attack RMSE / constant guess")
     ax.set_title(f"spectrum (constant guess {result.summary['constant_rmse_m']:.1f} m)")
     fig.suptitle(f"{result.summary['state']}, phase {result.summary['phase']}", fontsize=10)

@@ -48,6 +48,12 @@ flags.DEFINE_integer("attack_test_traces", _DEFAULTS.attack_test_traces, "Held-o
 flags.DEFINE_string(
     "attack_extra_root", None, "RadioMapSeer-layout folder of samples the observer simulated itself (its digital twin): more training traces for the attack."
 )
+flags.DEFINE_float("subspace_share", _DEFAULTS.subspace_share, "Subspace Noise: share of the budget B in the twin's leakage subspace (the rest uniform on its complement).")
+flags.DEFINE_integer("basis_positions", _DEFAULTS.basis_positions, "Subspace Noise: twin transmitter positions per map the leakage basis is estimated from.")
+flags.DEFINE_integer("basis_k_per_map", _DEFAULTS.basis_k_per_map, "Subspace Noise: leakage directions kept per map (the basis has maps x this many).")
+flags.DEFINE_integer("basis_blocks", _DEFAULTS.basis_blocks, "Subspace Noise: blocks the basis is split into (groups of the leakage partition).")
+flags.DEFINE_integer("basis_every", _DEFAULTS.basis_every, "Subspace Noise: refresh the basis at each phase's first round and every n rounds of it.")
+flags.DEFINE_string("twin_root", None, "Subspace Noise: the defender's twin (RadioMapSeer layout, the data's maps at other positions); default: simulated once from --data_root and cached.")
 flags.DEFINE_bool("centralised", False, "Train the centralised reference (same model and sample passes, no federation).")
 flags.DEFINE_string("output_dir", None, "Results folder; default runs/privacy_radiomap/<defense>_s<seed>.")
 flags.DEFINE_bool("progress", True, "Show a progress bar.")
@@ -83,11 +89,21 @@ def validate() -> None:
     common.require(FLAGS.seed >= 0, "seed", FLAGS.seed, "an integer >= 0")
     common.require(not (FLAGS.workers and FLAGS.centralised), "workers", FLAGS.workers, "'' with --centralised (no TFF)")
     common.worker_addresses(FLAGS.workers)
+    common.require(
+        FLAGS.defense != "subspace" or runtime_all_on_this_host(FLAGS.workers), "workers", FLAGS.workers,
+        "workers on this machine with --defense=subspace (the clients read the basis from this machine's run folder)",
+    )
     injection = FLAGS.inject_nan_client.split(":") if FLAGS.inject_nan_client else ["1", "0"]
     common.require(
         len(injection) == 2 and all(p.isdigit() for p in injection) and 1 <= int(injection[0]) <= FLAGS.rounds and int(injection[1]) < FLAGS.clients,
         "inject_nan_client", FLAGS.inject_nan_client, f"ROUND:CLIENT with ROUND in 1..{FLAGS.rounds} and CLIENT in 0..{FLAGS.clients - 1}",
     )
+
+
+def runtime_all_on_this_host(spec: str) -> bool:
+    from tff_radiomap import runtime
+
+    return runtime.all_on_this_host(common.worker_addresses(spec))
 
 
 def _config() -> experiment.ExperimentConfig:
@@ -122,9 +138,15 @@ def _config() -> experiment.ExperimentConfig:
             attack_test_traces=FLAGS.attack_test_traces,
             attack_extra_root=common.data_root(FLAGS.attack_extra_root, flag="attack_extra_root") or "",
             inject_nan_client=FLAGS.inject_nan_client,
+            subspace_share=FLAGS.subspace_share,
+            basis_positions=FLAGS.basis_positions,
+            basis_k_per_map=FLAGS.basis_k_per_map,
+            basis_blocks=FLAGS.basis_blocks,
+            basis_every=FLAGS.basis_every,
+            twin_root=common.data_root(FLAGS.twin_root, flag="twin_root") or "",
         )
-    except ValueError as exc:  # Resolution and width are checked against each other here.
-        common.fail(str(exc))
+    except ValueError as exc:  # The config's own checks ("field=value: expected ..."); fields not
+        common.fail(f"--{exc}")  # checked above (the subspace defense's) have their flag's name.
 
 
 def main(argv):

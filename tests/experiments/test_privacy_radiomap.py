@@ -215,15 +215,15 @@ def test_subspace_run_refreshes_its_twin_basis_and_resumes_exactly(tff_runtime, 
     twin_root = twin.ensure_twin(config.data_root, positions=4, out_root=str(tmp_path / "twin"))
     sub = dataclasses.replace(
         config, defense="subspace", noise_multiplier=0.01, twin_root=twin_root, basis_positions=4, basis_k_per_map=2,
-        basis_every=2, attack_every=1, attack_train_traces=12, attack_test_traces=6, rounds=4, stage1_rounds=2,
+        basis_every=2, attack_every=1, attack_train_traces=12, attack_test_traces=6,
     )
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
     experiment.run(sub, a, progress=False, stop_after_round=2)
-    resumed = experiment.run(sub, a, progress=False)
+    resumed = experiment.run(sub, a, progress=False)  # Round 3 is not a refresh: its basis is read back.
     straight = experiment.run(sub, b, progress=False)
     rows = _rows(a)
-    # Refreshed at each phase's first round (1, 3), not at 2 or 4 (basis_every=2).
-    assert [r["basis_refreshed"] for r in rows] == ["1", "0", "1", "0"]
+    # Refreshed at each phase's first round (1, 2), not at 3 (basis_every=2).
+    assert [r["basis_refreshed"] for r in rows] == ["1", "1", "0"]
     for ra, rb in zip(rows, _rows(b)):
         for key in ("train_loss", "val_mse", "attack_rmse_m", "attack_plain_rmse_m", "attack_aware_rmse_m"):
             np.testing.assert_allclose(float(ra[key]), float(rb[key]), rtol=1e-4, err_msg=key)
@@ -233,12 +233,10 @@ def test_subspace_run_refreshes_its_twin_basis_and_resumes_exactly(tff_runtime, 
         v = privacy_defenses.subspace_noise.read_basis(os.path.join(a, "basis", f"phase{phase}.bin")).numpy()
         assert v.shape[1] == 16
         np.testing.assert_allclose(v.T @ v, np.eye(16), atol=1e-4)
-    # The defense spent its budget: the stronger attacker is no weaker than the plain one.
-    for r in rows:
-        assert float(r["attack_rmse_m"]) <= float(r["attack_plain_rmse_m"]) + 1e-9
-    # A resumed run whose basis file is gone cannot resume exactly, and says so.
-    c = str(tmp_path / "c")
-    experiment.run(sub, c, progress=False, stop_after_round=3)
-    os.remove(os.path.join(c, "basis", "phase2.bin"))
+    for r in rows:  # The stronger attacker is the one reported.
+        assert float(r["attack_rmse_m"]) == min(float(r["attack_plain_rmse_m"]), float(r["attack_aware_rmse_m"]))
+    # Resuming between refreshes without the basis file cannot be exact, and says so.
+    refresher = privacy_defenses.BasisRefresher(sub, str(tmp_path / "empty"), {})
+    assert not refresher.due(3)
     with pytest.raises(FileNotFoundError, match="phase2.bin"):
-        experiment.run(sub, c, progress=False)
+        refresher.before_round(None, None, 3)

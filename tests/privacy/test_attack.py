@@ -4,7 +4,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_radiomap.aggregators import AdaptiveGroupNoiseFactory, UniformNoiseFactory
-from tff_radiomap.learning import keras_wrap
+from tff_radiomap.learning import keras_wrap, local_training
 from tff_radiomap.models import radiounet
 from tff_radiomap.privacy import allocator, attack
 from tff_radiomap.privacy import groups as G
@@ -250,3 +250,29 @@ def test_aware_attacker_sees_through_noise_hidden_in_a_subspace(tiny):
     result = attack.run_attack(collector, samples, attack.AttackConfig(steps=1, train_traces=30, test_traces=10))
     assert result.rmse_m == min(result.plain_rmse_m, result.aware_rmse_m)
     assert result.rmse_m <= result.constant_rmse_m + 1e-9
+
+
+def test_batched_subspace_traces_equal_the_per_sample_ones(tiny):
+    # The attack privatizes subspace noise a chunk at a time; the noise, the views and the
+    # fingerprints must be those of privatizing and fingerprinting each upload on its own.
+    from tff_radiomap.aggregators import SubspaceNoiseFactory
+
+    cfg, model, samples = tiny
+    shapes = tuple(tuple(int(d) for d in v.shape) for v in model.trainable_variables)
+    d = sum(int(np.prod(s)) for s in shapes)
+    q, _ = np.linalg.qr(np.random.default_rng(1).normal(size=(d, 6)))
+    defense = SubspaceNoiseFactory(1.0, 0.02, G.SubspaceGroups(shapes, (4, 2), basis=q.astype(np.float32)), share=0.7, seed=0)
+    opt = tff.learning.optimizers.build_sgdm(0.05)
+    collector = attack.TraceCollector(model, opt, steps=2, defense=defense)
+    assert collector.batched
+    x, y = samples["x"][:3], samples["y"][:3]
+    views = collector.collect_views(x, y, chunk=2, seed=(5, 1))
+    transposed = attack.transposed_flags(model)
+    seeds = np.stack([np.full(3, 5), 1 * 2**20 + 8 * np.arange(3)], axis=1).astype(np.int64)
+    for i in range(3):
+        uploads = local_training.local_updates(model, opt, x[i : i + 1], y[i : i + 1], 2)
+        noised, sigma = zip(*[defense.privatize(u, seed=tf.constant(seeds[i] + [0, s])) for s, u in enumerate(uploads)])
+        np.testing.assert_allclose(views["plain"][i], attack.fingerprint(list(noised), transposed).numpy(), rtol=1e-4, atol=1e-5)
+        w = defense.aware_weights(sigma[0], "whitened")
+        whitened = [defense.whiten(n, w) for n in noised]
+        np.testing.assert_allclose(views["whitened"][i], attack.fingerprint(whitened, transposed).numpy(), rtol=1e-4, atol=1e-5)

@@ -114,6 +114,35 @@ class SubspaceNoiseFactory(ClientPerturbationFactory):
         out = w_r * u + tf.linalg.matvec(basis, (w_col - w_r) * tf.linalg.matvec(basis, u, transpose_a=True))
         return self._unflatten(out, flat)
 
+    # -- batched, outside TFF: the attack privatizes thousands of uploads -----------------------
+    def privatize_batch(self, uploads, seeds=None):
+        """Clip and perturb N flat uploads [N, d] at once (eager TF, float32), exactly as `privatize`
+        does one by one: row n with seed pair `seeds[n]` gets the noise `privatize(..., seed=seeds[n])`
+        would give it. Batched, V is read once for all rows (one upload at a time, every matvec
+        reads all of V). Returns (noised [N, d], sigma [G])."""
+        sigma = tf.constant(self.sigmas())
+        basis = self._eager_basis()
+        norm = tf.norm(uploads, axis=1, keepdims=True)
+        clipped = uploads * (self.clip_norm / tf.maximum(norm, self.clip_norm))
+        k, d = self.groups.rank, self.groups.num_coordinates
+        column_sigma = tf.gather(sigma, self.groups.block_of_column())
+        if seeds is None:
+            z_s = tf.random.normal([tf.shape(uploads)[0], k]) * column_sigma
+            z_r = tf.random.normal(tf.shape(uploads)) * sigma[-1]
+        else:  # The per-tensor seeds of `privatize`: [a, b * 1000003 + i], i = 0 (z_s) and 1 (z_r).
+            seeds = tf.cast(seeds, tf.int64)
+            z_s = tf.map_fn(lambda p: tf.random.stateless_normal([k], seed=tf.stack([p[0], p[1] * 1000003])), seeds, fn_output_signature=tf.float32) * column_sigma
+            z_r = tf.map_fn(lambda p: tf.random.stateless_normal([d], seed=tf.stack([p[0], p[1] * 1000003 + 1])), seeds, fn_output_signature=tf.float32) * sigma[-1]
+        residual = z_r - tf.matmul(tf.matmul(z_r, basis), basis, transpose_b=True)
+        return clipped + tf.matmul(z_s, basis, transpose_b=True) + residual, sigma
+
+    def whiten_batch(self, uploads, weights):
+        """`whiten` of N flat uploads [N, d] at once."""
+        basis = self._eager_basis()
+        w_col = tf.gather(weights, self.groups.block_of_column())
+        w_r = weights[-1]
+        return w_r * uploads + tf.matmul(tf.matmul(uploads, basis) * (w_col - w_r), basis, transpose_b=True)
+
     def _unflatten(self, vector, like):
         parts = tf.split(vector, [int(np.prod(s)) for s in self.groups.shapes])
         return [tf.reshape(p, tf.shape(c)) for p, c in zip(parts, like)]

@@ -72,6 +72,24 @@ def fingerprint(uploads, transposed) -> tf.Tensor:
     return tf.concat(parts, axis=0)
 
 
+def fingerprint_batch(uploads, shapes, transposed) -> tf.Tensor:
+    """`fingerprint` of N traces at once: `uploads` [N, S, d] holds each trace's S uploads
+    flattened (tensors of `shapes` concatenated in order); returns [N, F], row n equal to
+    `fingerprint` of trace n."""
+    sizes = [int(np.prod(s)) for s in shapes]
+    n = tf.shape(uploads)[0]
+    parts = [uploads[:, 0, :]]
+    for step in range(uploads.shape[1]):
+        for t, shape, is_t in zip(tf.split(uploads[:, step, :], sizes, axis=1), shapes, transposed):
+            if len(shape) == 4:
+                kernel = tf.reshape(t, [n, *shape])
+                norms = tf.sqrt(tf.reduce_sum(tf.square(kernel), axis=4 if is_t else 3) + 1e-20)
+                parts.append(tf.reshape(norms, [n, -1]))
+            else:
+                parts.append(t)
+    return tf.concat(parts, axis=1)
+
+
 def transposed_flags(model: tf.keras.Model) -> list[bool]:
     """Per trainable variable of `model`: is it a Conv2DTranspose kernel."""
     names = set()
@@ -102,7 +120,10 @@ class TraceCollector:
         self.transposed = transposed_flags(model)
         # The defense-aware observer's views of the same privatized uploads (none for No Defense).
         self.variants = ("plain",) + (tuple(defense.aware_variants()) if defense is not None else ())
-        self._traces = tf.function(self._traces_impl)
+        # A defense whose noise mixes coordinates (a subspace) privatizes a chunk's uploads at once.
+        self.batched = hasattr(defense, "privatize_batch")
+        self.shapes = [tuple(int(d) for d in v.shape) for v in model.trainable_variables]
+        self._traces = tf.function(self._traces_batched_impl if self.batched else self._traces_impl)
 
     def _trace_impl(self, x, y, extras, seed):
         uploads = local_training.local_updates(self.model, self.optimizer, x, y, self.steps)
@@ -126,7 +147,24 @@ class TraceCollector:
             out = out.write(i, self._trace_impl(x[i : i + 1], y[i : i + 1], extras, None if seeds is None else seeds[i]))
         return out.stack()
 
-    def collect(self, x: np.ndarray, y: np.ndarray, chunk: int = 256, seed: tuple[int, int] | None = None) -> np.ndarray:
+    def _traces_batched_impl(self, x, y, extras, seeds):
+        n = tf.shape(x)[0]
+        out = tf.TensorArray(tf.float32, size=n)
+        for i in tf.range(n):
+            uploads = local_training.local_updates(self.model, self.optimizer, x[i : i + 1], y[i : i + 1], self.steps)
+            out = out.write(i, tf.stack([tf.concat([tf.reshape(u, [-1]) for u in upload], 0) for upload in uploads]))
+        flat = out.stack()  # [n, S, d]
+        d = flat.shape[-1]
+        rows = tf.reshape(flat, [-1, d])
+        row_seeds = None
+        if seeds is not None:  # Sample i, step s: seeds[i] + [0, s], as the per-sample path.
+            steps = tf.range(self.steps, dtype=tf.int64)
+            row_seeds = tf.reshape(seeds[:, None, :] + tf.stack([tf.zeros_like(steps), steps], axis=1)[None], [-1, 2])
+        noised, sigma = self.defense.privatize_batch(rows, row_seeds)
+        views = [noised] + [self.defense.whiten_batch(noised, self.defense.aware_weights(sigma, v)) for v in self.variants[1:]]
+        return tf.stack([fingerprint_batch(tf.reshape(v, [n, self.steps, d]), self.shapes, self.transposed) for v in views], axis=1)
+
+    def collect(self, x: np.ndarray, y: np.ndarray, chunk: int | None = None, seed: tuple[int, int] | None = None) -> np.ndarray:
         """Fingerprints [N, F] of the traces of samples x [N, r, r, 2], y [N, r, r, 1] (the plain view).
 
         Uses the model's current weights and `self.extras`; neither change retraces. With `seed`
@@ -135,9 +173,11 @@ class TraceCollector:
         """
         return self.collect_views(x, y, chunk, seed)["plain"]
 
-    def collect_views(self, x: np.ndarray, y: np.ndarray, chunk: int = 256, seed: tuple[int, int] | None = None) -> dict[str, np.ndarray]:
+    def collect_views(self, x: np.ndarray, y: np.ndarray, chunk: int | None = None, seed: tuple[int, int] | None = None) -> dict[str, np.ndarray]:
         """{variant: fingerprints [N, F]} of the same privatized traces: 'plain', and the views of a
-        defense-aware observer (`ClientPerturbationFactory.aware_variants`)."""
+        defense-aware observer (`ClientPerturbationFactory.aware_variants`). `chunk`: samples per
+        traced call (default 256; 64 on the batched path, whose temporaries are [chunk * S, d])."""
+        chunk = chunk or (64 if self.batched else 256)
         extras = None
         if self.defense is not None:
             extras = tf.nest.map_structure(tf.convert_to_tensor, self.extras if self.extras is not None else self.defense.initial_extras())
