@@ -46,6 +46,7 @@ LABELS = {
     "uniform": "Uniform Noise",
     "directed": "Directed Uniform",
     "adaptive": "Adaptive (proposed)",
+    "subspace": "Subspace Noise",
 }
 
 
