@@ -111,3 +111,26 @@ def run_federated(fn, addresses: list[str], flag: str = "workers"):
         return fn()
     finally:
         context.__exit__(None, None, None)
+
+
+def run_privacy_runs(fn, children, local, root: str, output_dir: str):
+    """Runs `fn` (a table or front of privacy runs) and turns its failures into exits: a folder of
+    another run, bad data or a data set too small for the attack exit 2 naming it, failed runs exit
+    1 naming each. With `children` (a `privacy_table.ChildRuns`) the running children are stopped on
+    the way out (their finished rounds are saved); else `fn` runs supervised on the `local` runtime."""
+    from tff_radiomap.data import radiomapseer
+    from tff_radiomap.experiments import privacy_radiomap, privacy_table
+
+    try:
+        return fn() if children else supervised(fn, local)
+    except privacy_radiomap.ConfigMismatchError as exc:
+        refuse_other_run("output_dir", output_dir, exc)
+    except radiomapseer.DataLayoutError as exc:
+        fail(f"--data_root={root!r}: {exc}")
+    except privacy_radiomap.DataTooSmallError as exc:
+        fail(str(exc))
+    except privacy_table.RunsFailedError as exc:
+        fail(str(exc), code=1)
+    finally:
+        if children and children.stop():
+            print(f"stopped the running runs; their finished rounds are saved in {output_dir}: the same command resumes them", file=sys.stderr)

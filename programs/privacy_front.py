@@ -129,7 +129,6 @@ def main(argv):
     base = base_config(root, settings)
 
     from tff_radiomap import runtime
-    from tff_radiomap.data import radiomapseer
 
     runs = privacy_front.grid(base, FLAGS.methods, _nus(), _seeds(), FLAGS.output_dir)
     if FLAGS.jobs > 1 and len(runs) > 1:
@@ -145,19 +144,7 @@ def main(argv):
             base, FLAGS.methods, _nus(), _seeds(), FLAGS.output_dir, run_fn=run_fn, jobs=FLAGS.jobs if children else 1, report=FLAGS.report
         )
 
-    try:
-        result = front() if children else common.supervised(front, local)
-    except experiment.ConfigMismatchError as exc:
-        common.refuse_other_run("output_dir", FLAGS.output_dir, exc)
-    except radiomapseer.DataLayoutError as exc:
-        common.fail(f"--data_root={root!r}: {exc}")
-    except experiment.DataTooSmallError as exc:
-        common.fail(str(exc))
-    except privacy_table.RunsFailedError as exc:
-        common.fail(str(exc), code=1)
-    finally:
-        if children and children.stop():
-            print(f"stopped the running runs; their finished rounds are saved in {FLAGS.output_dir}: the same command resumes them", file=sys.stderr)
+    result = common.run_privacy_runs(front, children, local, root, FLAGS.output_dir)
     if result is None:
         print(f"finished: {', '.join(os.path.basename(d) for _, d in runs)} in {os.path.abspath(FLAGS.output_dir)}")
     else:

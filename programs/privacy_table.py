@@ -79,7 +79,6 @@ def main(argv):
         common.fail(str(exc))
 
     from tff_radiomap import runtime
-    from tff_radiomap.data import radiomapseer
 
     seeds = [int(s) for s in FLAGS.seeds]
 
@@ -97,19 +96,7 @@ def main(argv):
     def table():
         return privacy_table.run_table(base, FLAGS.methods, seeds, FLAGS.output_dir, run_fn=run_fn, floors_fn=floors, jobs=FLAGS.jobs if children else 1)
 
-    try:
-        result = table() if children else common.supervised(table, local)
-    except experiment.ConfigMismatchError as exc:
-        common.refuse_other_run("output_dir", FLAGS.output_dir, exc)
-    except radiomapseer.DataLayoutError as exc:
-        common.fail(f"--data_root={root!r}: {exc}")
-    except experiment.DataTooSmallError as exc:
-        common.fail(str(exc))
-    except privacy_table.RunsFailedError as exc:
-        common.fail(str(exc), code=1)
-    finally:
-        if children and children.stop():
-            print(f"stopped the running runs; their finished rounds are saved in {FLAGS.output_dir}: the same command resumes them", file=sys.stderr)
+    result = common.run_privacy_runs(table, children, local, root, FLAGS.output_dir)
     print(open(result["table_md"]).read())
     print(json.dumps({"table": result["table_md"], "figure": result["figure"]}, indent=2))
 
