@@ -155,6 +155,10 @@ def main(argv):
     output_dir = FLAGS.output_dir or os.path.join("runs", "privacy_radiomap", f"{name}_s{FLAGS.seed}")
     config = _config()
     common.require_writable_dir(output_dir, "output_dir")
+    try:  # Before any TensorFlow work: too few maps for the split or for --clients.
+        experiment.check_data(config)
+    except experiment.DataTooSmallError as exc:
+        common.fail(str(exc))
 
     from tff_radiomap import runtime
     from tff_radiomap.data import radiomapseer

@@ -216,8 +216,25 @@ def build_trainer(config: ExperimentConfig, data: federated_data.FederatedRadioM
     )
 
 
+def check_data(config: ExperimentConfig, num_maps: int | None = None) -> None:
+    """Raises `DataTooSmallError` naming the flag unless the data root's `num_maps` maps (default:
+    those listed in it) serve the map split and `config.num_clients` clients (>= 1 training map each)."""
+    if num_maps is None:
+        num_maps = len(radiomapseer.list_map_ids(config.data_root))
+    try:
+        split = radiomapseer.split_maps(num_maps, config.val_fraction, config.test_fraction, config.seed)
+    except ValueError as exc:
+        raise DataTooSmallError(f"--data_root={config.data_root!r}: {exc} (expected at least 3 maps: validation, test, training)") from exc
+    if config.num_clients > len(split.train):
+        raise DataTooSmallError(
+            f"--clients={config.num_clients}: expected at most the {len(split.train)} training maps of "
+            f"--data_root={config.data_root!r} ({num_maps} maps, {len(split.val)} for validation, {len(split.test)} for test)"
+        )
+
+
 def load_data(config: ExperimentConfig) -> federated_data.FederatedRadioMaps:
     data = radiomapseer.RadioMapSeer(radiomapseer.LoaderConfig(root=config.data_root, resolution=config.resolution))
+    check_data(config, len(data.map_ids))
     return federated_data.FederatedRadioMaps.load(data, config.num_clients, config.seed, config.val_fraction, config.test_fraction)
 
 
