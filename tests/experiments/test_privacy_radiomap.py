@@ -67,6 +67,9 @@ def test_interrupted_run_resumes_and_ends_like_an_uninterrupted_one(tff_runtime,
         np.testing.assert_allclose(resumed[key], uninterrupted[key], rtol=1e-5, err_msg=key)
     assert json.load(open(os.path.join(interrupted, "config.json")))["defense"] == "none"
     assert os.listdir(os.path.join(interrupted, "tensorboard"))
+    for name in ("curves.png", "predictions.png"):
+        with open(os.path.join(straight, name), "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n", name
 
 
 def test_centralised_reference_sees_the_same_samples_and_resumes(config, tmp_path):
@@ -151,6 +154,14 @@ def test_overwrite_starts_a_folder_of_another_run_afresh_and_finished_runs_are_r
 
     monkeypatch.setattr(experiment, "build_trainer", no_training)
     assert experiment.run(config, out, progress=False) == summary
+
+    # A finished run without its pictures (one from before they existed) gets them, untrained.
+    for name in ("curves.png", "predictions.png"):
+        os.remove(os.path.join(out, name))
+    monkeypatch.setattr(experiment, "build_trainer", cached_trainers)
+    monkeypatch.setattr(experiment, "_train_round", no_training)
+    assert experiment.run(config, out, progress=False) == summary
+    assert os.path.getsize(os.path.join(out, "curves.png")) > 0 and os.path.getsize(os.path.join(out, "predictions.png")) > 0
 
 
 def test_resume_cuts_the_csv_back_to_the_saved_round(tff_runtime, config, cached_trainers, tmp_path, monkeypatch):

@@ -9,6 +9,9 @@ reference) for `config.rounds` rounds and writes to `output_dir`:
     tensorboard/       the same values as TensorBoard scalars
     program_state/     `tff.program.FileProgramStateManager` checkpoints, one per round
     summary.json       best and final validation MSE, written when the run completes
+    curves.png, predictions.png   pictures of the finished run (`privacy_figures`); a finished
+                       run found again without them gets them then
+    log.txt            (programs only) the run's INFO logging, `programs/console.py`
 
 A run finding program state in `output_dir` resumes after the last saved round. Every random
 choice (initial weights, client sampling, shuffling) is a function of (seed, round), so the
@@ -35,7 +38,7 @@ import tensorflow_federated as tff
 from absl import logging
 
 from tff_radiomap.data import radiomapseer
-from tff_radiomap.experiments import privacy_defenses
+from tff_radiomap.experiments import privacy_defenses, privacy_figures
 from tff_radiomap.learning import centralised, federated_data, keras_wrap, radiounet_process
 from tff_radiomap.learning.keras_wrap import Phase
 from tff_radiomap.metrics import reconstruction
@@ -316,7 +319,10 @@ def run(
     summary_path = os.path.join(output_dir, "summary.json")
     if config_saved and os.path.exists(summary_path):
         with open(summary_path) as f:
-            return json.load(f)
+            summary = json.load(f)
+        if not all(os.path.exists(p) for p in privacy_figures.paths(output_dir)):
+            _pictures_of_finished_run(config, output_dir, data_by_reference)
+        return summary
     started = time.monotonic()
     data = load_data(config)
     basis_dir = os.path.join(output_dir, "basis")
@@ -358,9 +364,34 @@ def run(
         loop.close()
         data.remove_client_files()
 
+    _write_pictures(config, output_dir, data, trainer.network_weights(program_state["trainer_state"]))
     summary = _summary(config, program_state, wall_seconds=time.monotonic() - started)
     run_folder.write_json(summary_path, summary)
     return summary
+
+
+def _write_pictures(config: ExperimentConfig, output_dir: str, data, weights) -> None:
+    """curves.png and predictions.png (privacy_figures); a failure to draw is a warning, not a failed run."""
+    try:
+        privacy_figures.write_run_pictures(output_dir, config.model_config(), config.phase_for_round(config.rounds), data.val, weights, config.seed)
+    except (OSError, ValueError, RuntimeError) as exc:
+        logging.warning("%s: the pictures were not written: %s", output_dir, exc)
+
+
+def _pictures_of_finished_run(config: ExperimentConfig, output_dir: str, data_by_reference: bool) -> None:
+    """The pictures of a run finished without them (before they existed): its last saved state."""
+    data = load_data(config)
+    try:
+        trainer = build_trainer(config, data, data_by_reference=data_by_reference, basis_dir=os.path.join(output_dir, "basis"))
+        states = tff.program.FileProgramStateManager(os.path.join(output_dir, "program_state"), keep_total=3)
+        loop = asyncio.new_event_loop()
+        try:
+            program_state, _ = _restore(loop, states, trainer)
+        finally:
+            loop.close()
+        _write_pictures(config, output_dir, data, trainer.network_weights(program_state["trainer_state"]))
+    finally:
+        data.remove_client_files()
 
 
 def _basis_refresher(config: ExperimentConfig, basis_dir: str, hooks):
