@@ -93,6 +93,10 @@ class ExperimentConfig:
     # Test hook: "ROUND:CLIENT" feeds client CLIENT NaN inputs in round ROUND (if it is sampled),
     # so that its update is not finite; the run must zero it and count it (nonfinite_updates).
     inject_nan_client: str = ""
+    # Where the clients train: "tff" (the TFF worker, CPU) or "in_process" (this Python process, on
+    # a GPU if TensorFlow sees one); aggregation, defenses and the server step are TFF either way.
+    # Equal to float tolerance, not bitwise: a run keeps the placement it started with.
+    client_placement: str = "tff"
 
     def __post_init__(self):
         checks = [
@@ -120,6 +124,8 @@ class ExperimentConfig:
             (self.attack_steps >= 1, "attack_steps", "an integer >= 1"),
             (self.attack_train_traces >= 10, "attack_train_traces", "an integer >= 10"),
             (self.attack_test_traces >= 1, "attack_test_traces", "an integer >= 1"),
+            (self.client_placement in radiounet_process.CLIENT_PLACEMENTS, "client_placement", f"one of {radiounet_process.CLIENT_PLACEMENTS}"),
+            (not self.centralised or self.client_placement == "tff", "client_placement", "'tff' for the centralised reference (no clients)"),
         ]
         for ok, name, expected in checks:
             if not ok:
@@ -198,7 +204,8 @@ def build_trainer(config: ExperimentConfig, data: federated_data.FederatedRadioM
 
     Federated clients train with the tensor local loop; with `data_by_reference` (TFF workers that
     see this machine's temporary folder) they read their samples from files, else each round sends
-    them. Both give the same results; the NaN test hook needs the data sent.
+    them. Both give the same results; the NaN test hook needs the data sent. With
+    `config.client_placement == 'in_process'` they train in this process instead.
     """
     model_config = config.model_config()
     initial = keras_wrap.initial_weights(model_config, config.seed)
@@ -209,7 +216,9 @@ def build_trainer(config: ExperimentConfig, data: federated_data.FederatedRadioM
         )
     server_opt = radiounet_process.build_optimizer(config.server_optimizer, config.server_learning_rate)
     defense = DEFENSES[config.defense]
-    data_path = dict(batch_size=config.batch_size, data_by_reference=data_by_reference and not config.nan_injection())
+    data_path = dict(
+        batch_size=config.batch_size, data_by_reference=data_by_reference and not config.nan_injection(), client_placement=config.client_placement
+    )
     if defense.protocol == "fedsgd":
         aggregator = defense.model_aggregator(config, Phase.JOINT, basis_dir)
         return radiounet_process.build_fedsgd_process(model_config, initial, client_opt, server_opt, aggregator, **data_path)
@@ -485,7 +494,10 @@ def _inject_nan(config: ExperimentConfig, round_num: int, clients, datasets: lis
         return datasets
     i = list(clients).index(injection[1])
     logging.warning("round %d: test hook: client %d trains on NaN inputs", round_num, injection[1])
-    poisoned = datasets[i].map(lambda batch: collections.OrderedDict(x=batch["x"] * float("nan"), y=batch["y"]))
+    if isinstance(datasets[i], Mapping):  # In-process clients: numpy samples.
+        poisoned = collections.OrderedDict(x=datasets[i]["x"] * np.float32("nan"), y=datasets[i]["y"])
+    else:
+        poisoned = datasets[i].map(lambda batch: collections.OrderedDict(x=batch["x"] * float("nan"), y=batch["y"]))
     return datasets[:i] + [poisoned] + datasets[i + 1 :]
 
 
