@@ -21,6 +21,7 @@ import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from tff_radiomap.data import encoding, radiomapseer  # noqa: E402
 
@@ -60,6 +61,7 @@ def curves(metrics_csv: str, path: str) -> str:
             ax.axvline(rounds[i] - 0.5, color="gray", ls="--", lw=0.8)
             ax.annotate("stage 2", (rounds[i] - 0.5, 1.0), xycoords=("data", "axes fraction"), fontsize=8, va="top", xytext=(3, -3), textcoords="offset points")
     ax.set(xlabel="round", ylabel="validation MSE (dB)", title="Reconstruction")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if measured:
         ax = axes[0, 1]
         ax.plot(*zip(*measured), marker="o", color="tab:red", label="attack (defense-unaware)")
@@ -70,6 +72,7 @@ def curves(metrics_csv: str, path: str) -> str:
         if constant:
             ax.axhline(float(np.mean(constant)), color="gray", ls=":", label="constant guess")
         ax.set(xlabel="round", ylabel="attacker RMSE (m)", title="Localization attack")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -80,7 +83,8 @@ def curves(metrics_csv: str, path: str) -> str:
 def predictions(x: np.ndarray, y: np.ndarray, predicted: np.ndarray, path: str, thresh: float = radiomapseer.DEFAULT_THRESH) -> str:
     """predictions.png for samples x [n,r,r,2] (buildings, transmitter), y and `predicted` [n,r,r,1]."""
     n = len(x)
-    fig, axes = plt.subplots(n, 4, figsize=(11, 2.7 * n), squeeze=False)
+    fig, axes = plt.subplots(n, 4, figsize=(12, 2.8 * n), squeeze=False)
+    fig.subplots_adjust(wspace=0.35, hspace=0.25)
     true_db, pred_db = target_to_gain_db(y[..., 0], thresh), target_to_gain_db(predicted[..., 0], thresh)
     low, high = float(true_db.min()), float(true_db.max())
     for i in range(n):
@@ -93,10 +97,10 @@ def predictions(x: np.ndarray, y: np.ndarray, predicted: np.ndarray, path: str, 
         error = pred_db[i] - true_db[i]
         span = max(float(np.abs(error).max()), 1e-6)
         error_im = ax[3].imshow(error, cmap="RdBu_r", vmin=-span, vmax=span)
-        fig.colorbar(true_im, ax=ax[1:3].tolist(), fraction=0.046, label="gain (dB)")
-        fig.colorbar(error_im, ax=ax[3], fraction=0.046, label="error (dB)")
+        fig.colorbar(true_im, ax=ax[2], fraction=0.046, label="dB")
+        fig.colorbar(error_im, ax=ax[3], fraction=0.046, label="dB")
         rmse = float(np.sqrt(np.mean(error**2)))
-        for a, title in zip(ax, ("buildings, transmitter", "true map", "predicted map", f"error, RMSE {rmse:.1f} dB")):
+        for a, title in zip(ax, ("buildings, transmitter", "true gain (dB)", "predicted gain (dB)", f"error (dB), RMSE {rmse:.1f}")):
             a.set_title(title, fontsize=9)
             a.set_xticks([])
             a.set_yticks([])
