@@ -63,6 +63,8 @@ CASES = {
         (["--output_dir={unwritable}"], "--output_dir='{unwritable}': cannot create the folder"),
         (["--workers=nohost"], "--workers='nohost': --workers entry 'nohost': expected host:port"),
         (["extra"], "unexpected positional arguments ['extra']"),
+        (["--client_placement=gpu"], "--client_placement=gpu: value should be one of <tff|in_process>"),
+        (["--centralised", "--client_placement=in_process"], "--client_placement='in_process': expected 'tff' with --centralised"),
         # The good set's 3 maps: 1 for validation, 1 for test, 1 for training, so one client at most.
         (["--clients=2"], "--clients=2: expected at most the 1 training maps of --data_root='{good}' (3 maps, 1 for validation, 1 for test)"),
     ],
@@ -99,6 +101,7 @@ CASES = {
         (["--data_root=" + MISSING], f"--data_root='{MISSING}': expected an existing folder"),
         (["--data_root={flat}"], "it lacks png/buildings_complete/"),
         (["--out={unwritable}"], "--out='{unwritable}': cannot create the folder"),
+        (["--client_placement=gpu"], "--client_placement=gpu: value should be one of <tff|in_process>"),
     ],
     "remnet_tables": [
         (["--pareto_k=0"], "--pareto_k='0': expected fractions in (0, 1]"),
