@@ -125,7 +125,7 @@ def client_map(per_client_rmse, grid: tuple[int, int], path: str) -> str:
     for (i, j), v in np.ndenumerate(values):
         ax.text(j, i, f"{v:.1f}", ha="center", va="center", fontsize=6, color="white" if v < np.nanmean(values) else "black")
     fig.colorbar(image, ax=ax, fraction=0.046, label="per-client RMSE (dB)")
-    ax.set(xlabel="cell within the band (columns, west to east)", ylabel="band (rows, north to south)", title="Per-client RMSE")
+    ax.set(xlabel="cell within the band (columns, left to right)", ylabel="band (rows, top to bottom)", title="Per-client RMSE")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
