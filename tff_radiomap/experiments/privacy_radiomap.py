@@ -395,9 +395,13 @@ def _pictures_of_finished_run(config: ExperimentConfig, output_dir: str, data_by
         states = tff.program.FileProgramStateManager(os.path.join(output_dir, "program_state"), keep_total=3)
         loop = asyncio.new_event_loop()
         try:
-            program_state, _ = _restore(loop, states, trainer)
+            program_state, done = _restore(loop, states, trainer)
         finally:
             loop.close()
+        if done == 0:  # No saved state to draw the predictions of: the curves only.
+            logging.warning("%s: no program state left; predictions.png not written", output_dir)
+            privacy_figures.curves(os.path.join(output_dir, "metrics.csv"), privacy_figures.paths(output_dir)[0])
+            return
         _write_pictures(config, output_dir, data, trainer.network_weights(program_state["trainer_state"]))
     finally:
         data.remove_client_files()
