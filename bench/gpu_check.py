@@ -16,14 +16,18 @@ import os
 import statistics
 import time
 
-import tensorflow as tf  # Before absl's app.run: Keras models built after it fail in TF 2.14.
-from absl import app, flags
+from programs import console
 
-from bench.common import random_clients
-from tff_radiomap import runtime
-from tff_radiomap.learning import in_process_clients, keras_wrap, radiounet_process
-from tff_radiomap.learning.keras_wrap import Phase
-from tff_radiomap.models import radiounet
+console.quiet_tensorflow_start()  # Before anything imports TensorFlow.
+
+import tensorflow as tf  # noqa: E402  (before absl's app.run: Keras models built after it fail in TF 2.14)
+from absl import app, flags  # noqa: E402
+
+from bench.common import random_clients  # noqa: E402
+from tff_radiomap import runtime  # noqa: E402
+from tff_radiomap.learning import in_process_clients, keras_wrap, radiounet_process  # noqa: E402
+from tff_radiomap.learning.keras_wrap import Phase  # noqa: E402
+from tff_radiomap.models import radiounet  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_bool("cpu_smoke", False, "Tiny model and data: checks the script on a machine without a GPU.")

@@ -5,28 +5,34 @@ r"""Trains one method of the EPFL-REMNet comparison on one Non-IID scenario.
 
 Data: the built-in synthetic REM set (four base stations, one per quadrant; generated once into
 the cache), or --data_root, any RadioMapSeer-layout folder whose transmitters 0..3 of map
---map_id are the four base stations. Writes metrics per round (CSV and TensorBoard), checkpoints
-and final.json under --out/{scenario}/{method}; rerunning with the same flags resumes a killed
-run after its last checkpoint (--checkpoint_every), and different flags for an existing folder are
-refused unless --overwrite. --inject_nan_client is a test hook (a client with NaN inputs).
---k_fraction=0 disables Top-K (and error feedback), --bits=0 quantization, --ema_decay=0 the EMA.
+--map_id are the four base stations. Writes metrics per round (CSV and TensorBoard),
+checkpoints, final.json, log.txt (INFO logging) and the pictures curves.png (RMSE and uplink per
+round) and client_rmse.png (per-client RMSE on the 10 x 9 grid) under --out/{scenario}/{method};
+rerunning with the same flags resumes a killed run after its last checkpoint (--checkpoint_every),
+and different flags for an existing folder are refused unless --overwrite. --inject_nan_client
+is a test hook (a client with NaN inputs). --k_fraction=0 disables Top-K (and error feedback),
+--bits=0 quantization, --ema_decay=0 the EMA.
 """
 
-import json
 import math
 import os
 
-from absl import app, flags
+from programs import console
+
+console.quiet_tensorflow_start()  # Before anything imports TensorFlow.
+
+from absl import app, flags  # noqa: E402
 
 # TensorFlow must be imported before absl's app.run: imported inside main(), Keras' functional API
 # builds graph tensors (TF 2.14) and model construction fails.
-from baselines import remnet_methods
-from programs import common
-from tff_radiomap.data import rem_points
-from tff_radiomap.data.radiomapseer import DataLayoutError
-from tff_radiomap.learning import rem_runner
-from tff_radiomap.learning.epfl_remnet import EpflRemnetConfig
-from tff_radiomap.models.remnet import RemNetConfig
+from baselines import remnet_methods  # noqa: E402
+from programs import common  # noqa: E402
+from tff_radiomap.data import rem_points  # noqa: E402
+from tff_radiomap.data.radiomapseer import DataLayoutError  # noqa: E402
+from tff_radiomap.experiments import remnet_figures  # noqa: E402
+from tff_radiomap.learning import rem_runner  # noqa: E402
+from tff_radiomap.learning.epfl_remnet import EpflRemnetConfig  # noqa: E402
+from tff_radiomap.models.remnet import RemNetConfig  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("scenario", "heavy", "light | medium | heavy.")
@@ -48,6 +54,11 @@ flags.DEFINE_integer("eval_every", 5, "Evaluate every this many rounds (and afte
 flags.DEFINE_integer("checkpoint_every", 5, "Save server and client states every this many rounds (and after the last); a killed run resumes from there.")
 flags.DEFINE_string("out", "runs/epfl_remnet", "Output folder.")
 flags.DEFINE_string("workers", "", "host:port,... of TFF workers (python -m programs.start_worker) to split each round's clients across; default: one local worker.")
+flags.DEFINE_enum(
+    "client_placement", "tff", ["tff", "in_process"],
+    "Where the clients train: tff (the TFF worker, CPU) or in_process (this Python process, on a GPU if TensorFlow sees one); "
+    "Top-K, quantization, aggregation and the server update are TFF computations either way. Same metrics to float tolerance.",
+)
 flags.DEFINE_bool("overwrite", False, "Delete the results already in --out/{scenario}/{method} (of any configuration) and start afresh.")
 flags.DEFINE_string("inject_nan_client", "", "Test hook: ROUND:CLIENT (0-based, as in metrics.csv) gives client CLIENT NaN inputs in round ROUND; its round must be dropped and counted in nonfinite_updates.")
 
@@ -104,9 +115,11 @@ def main(argv):
     method = remnet_methods.method(FLAGS.method, base_config())
     run = rem_runner.RunConfig(
         rounds=FLAGS.rounds, clients_per_round=FLAGS.clients_per_round, eval_every=FLAGS.eval_every, seed=FLAGS.seed,
-        checkpoint_every=FLAGS.checkpoint_every, inject_nan_client=FLAGS.inject_nan_client,
+        checkpoint_every=FLAGS.checkpoint_every, inject_nan_client=FLAGS.inject_nan_client, client_placement=FLAGS.client_placement,
     )
     run_dir = os.path.join(FLAGS.out, FLAGS.scenario, FLAGS.method)
+    common.require_writable_dir(run_dir, "out")
+    console.log_to(run_dir)
     overwrite = FLAGS.overwrite
 
     def train():
@@ -118,8 +131,13 @@ def main(argv):
         final = common.run_federated(train, common.worker_addresses(FLAGS.workers))
     except rem_runner.RunFolderConflict as exc:
         common.refuse_other_run("out", FLAGS.out, exc)
-    summary = {k: v for k, v in final.items() if k != "per_client_rmse"}
-    print(json.dumps({"run_dir": run_dir, **summary}, indent=2))
+    print(
+        f"{FLAGS.method} on {FLAGS.scenario}: macro RMSE {final['macro_rmse']:.3f} dB, micro {final['micro_rmse']:.3f} dB, "
+        f"uplink {final['cum_uplink_mb']:.2f} MB over {final['rounds']} rounds ({final['wall_s']:.0f} s)"
+    )
+    print(f"results: {os.path.abspath(run_dir)} (metrics.csv, final.json, config.json, {console.LOG_NAME}, tensorboard/)")
+    for path in remnet_figures.write_run_figures(run_dir, final, scenario.config.grid):
+        print(f"picture: {os.path.abspath(path)}")
 
 
 if __name__ == "__main__":

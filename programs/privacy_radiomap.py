@@ -4,21 +4,25 @@ r"""Federated two-stage RadioUNet under a defense (paper 000, Section IV), or it
   python -m programs.privacy_radiomap --centralised --output_dir=runs/privacy/central_s0
 
 Without --data_root the default synthetic set is generated once and cached. Per round the
-metrics go to OUTPUT_DIR/metrics.csv, OUTPUT_DIR/tensorboard and the log; the configuration to
-OUTPUT_DIR/config.json; the program state to OUTPUT_DIR/program_state, so that the same command
-after an interruption resumes after the last finished round. See
+metrics go to OUTPUT_DIR/metrics.csv, OUTPUT_DIR/tensorboard and OUTPUT_DIR/log.txt (all INFO
+logging goes there; the console shows a progress bar, warnings and the summary); at the end
+OUTPUT_DIR/curves.png and predictions.png; the configuration to OUTPUT_DIR/config.json; the
+program state to OUTPUT_DIR/program_state, so that the same command after an interruption
+resumes after the last finished round. See
 `tff_radiomap.experiments.privacy_radiomap` for what is trained.
 """
 
-import json
 import math
 import os
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up chatter, before it loads.
+from programs import console
+
+console.quiet_tensorflow_start()  # Before anything imports TensorFlow.
 
 from absl import app, flags, logging  # noqa: E402
 
 from programs import common  # noqa: E402
+from tff_radiomap.experiments import privacy_figures  # noqa: E402
 from tff_radiomap.experiments import privacy_radiomap as experiment  # noqa: E402
 from tff_radiomap.models import radiounet  # noqa: E402
 
@@ -54,6 +58,11 @@ flags.DEFINE_integer("basis_k_per_map", _DEFAULTS.basis_k_per_map, "Subspace Noi
 flags.DEFINE_integer("basis_blocks", _DEFAULTS.basis_blocks, "Subspace Noise: blocks the basis is split into (groups of the leakage partition).")
 flags.DEFINE_integer("basis_every", _DEFAULTS.basis_every, "Subspace Noise: refresh the basis at each phase's first round and every n rounds of it.")
 flags.DEFINE_string("twin_root", None, "Subspace Noise: the defender's twin (RadioMapSeer layout, the data's maps at other positions); default: simulated once from --data_root and cached.")
+flags.DEFINE_enum(
+    "client_placement", _DEFAULTS.client_placement, ["tff", "in_process"],
+    "Where the clients train: tff (the TFF worker, CPU) or in_process (this Python process, on a GPU if TensorFlow sees one); "
+    "aggregation, the defense and the server step are TFF computations either way. Same metrics to float tolerance.",
+)
 flags.DEFINE_bool("centralised", False, "Train the centralised reference (same model and sample passes, no federation).")
 flags.DEFINE_string("output_dir", None, "Results folder; default runs/privacy_radiomap/<defense>_s<seed>.")
 flags.DEFINE_bool("progress", True, "Show a progress bar.")
@@ -88,6 +97,7 @@ def validate() -> None:
     common.require(math.isfinite(FLAGS.server_learning_rate) and FLAGS.server_learning_rate > 0, "server_learning_rate", FLAGS.server_learning_rate, "a positive number")
     common.require(FLAGS.seed >= 0, "seed", FLAGS.seed, "an integer >= 0")
     common.require(not (FLAGS.workers and FLAGS.centralised), "workers", FLAGS.workers, "'' with --centralised (no TFF)")
+    common.require(not FLAGS.centralised or FLAGS.client_placement == "tff", "client_placement", FLAGS.client_placement, "'tff' with --centralised (no clients)")
     common.worker_addresses(FLAGS.workers)
     common.require(
         FLAGS.defense != "subspace" or runtime_all_on_this_host(FLAGS.workers), "workers", FLAGS.workers,
@@ -144,6 +154,7 @@ def _config() -> experiment.ExperimentConfig:
             basis_blocks=FLAGS.basis_blocks,
             basis_every=FLAGS.basis_every,
             twin_root=common.data_root(FLAGS.twin_root, flag="twin_root") or "",
+            client_placement=FLAGS.client_placement,
         )
     except ValueError as exc:  # The config's own checks ("field=value: expected ..."); fields not
         common.fail(f"--{exc}")  # checked above (the subspace defense's) have their flag's name.
@@ -155,6 +166,11 @@ def main(argv):
     output_dir = FLAGS.output_dir or os.path.join("runs", "privacy_radiomap", f"{name}_s{FLAGS.seed}")
     config = _config()
     common.require_writable_dir(output_dir, "output_dir")
+    console.log_to(output_dir)
+    try:  # Before any TensorFlow work: too few maps for the split or for --clients.
+        experiment.check_data(config)
+    except experiment.DataTooSmallError as exc:
+        common.fail(str(exc))
 
     from tff_radiomap import runtime
     from tff_radiomap.data import radiomapseer
@@ -180,9 +196,15 @@ def main(argv):
         common.fail(f"--data_root={config.data_root!r}: {exc}")
     except experiment.DataTooSmallError as exc:
         common.fail(str(exc))
-    logging.info("summary: %s", json.dumps(summary))
-    print(json.dumps(summary, indent=2))
-    print(f"results: {os.path.abspath(output_dir)} (metrics.csv, summary.json, config.json, tensorboard/)")
+    logging.info("summary: %s", summary)
+    print(
+        f"{summary['defense']}: best validation MSE {summary['best_val_mse_db']:.2f} dB (round {summary['best_round']}), "
+        f"final {summary['final_val_mse_db']:.2f} dB after {summary['rounds']} rounds ({summary['train_seconds']:.0f} s of training)"
+    )
+    print(f"results: {os.path.abspath(output_dir)} (metrics.csv, summary.json, config.json, {console.LOG_NAME}, tensorboard/)")
+    for path in privacy_figures.paths(output_dir):
+        if os.path.exists(path):
+            print(f"picture: {os.path.abspath(path)}")
 
 
 if __name__ == "__main__":

@@ -92,6 +92,14 @@ def test_uniform_noise_variance_and_budget(tff_runtime, weighted):
     assert m["budget"] == pytest.approx(m["budget_spent"], rel=1e-5)
 
 
+def test_budget_without_groups_names_what_is_missing():
+    factory = UniformNoiseFactory(1, 2)
+    with pytest.raises(ValueError, match=r"UniformNoiseFactory\(clip_norm=1.0, noise_multiplier=2.0\).budget\(\): .* needs the number of coordinates d"):
+        factory.budget()
+    groups = ParameterGroups.single(SHAPES)
+    assert factory.budget(groups) == pytest.approx(groups.num_coordinates * (1 * 2) ** 2)
+
+
 def test_uniform_noise_without_seed_uses_tf_privacy_and_is_fresh(tff_runtime):
     factory = UniformNoiseFactory(clip_norm=0.5, noise_multiplier=2.0)
     process = factory.create(VALUE_TYPE)

@@ -67,6 +67,9 @@ def test_interrupted_run_resumes_and_ends_like_an_uninterrupted_one(tff_runtime,
         np.testing.assert_allclose(resumed[key], uninterrupted[key], rtol=1e-5, err_msg=key)
     assert json.load(open(os.path.join(interrupted, "config.json")))["defense"] == "none"
     assert os.listdir(os.path.join(interrupted, "tensorboard"))
+    for name in ("curves.png", "predictions.png"):
+        with open(os.path.join(straight, name), "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n", name
 
 
 def test_centralised_reference_sees_the_same_samples_and_resumes(config, tmp_path):
@@ -151,6 +154,14 @@ def test_overwrite_starts_a_folder_of_another_run_afresh_and_finished_runs_are_r
 
     monkeypatch.setattr(experiment, "build_trainer", no_training)
     assert experiment.run(config, out, progress=False) == summary
+
+    # A finished run without its pictures (one from before they existed) gets them, untrained.
+    for name in ("curves.png", "predictions.png"):
+        os.remove(os.path.join(out, name))
+    monkeypatch.setattr(experiment, "build_trainer", cached_trainers)
+    monkeypatch.setattr(experiment, "_train_round", no_training)
+    assert experiment.run(config, out, progress=False) == summary
+    assert os.path.getsize(os.path.join(out, "curves.png")) > 0 and os.path.getsize(os.path.join(out, "predictions.png")) > 0
 
 
 def test_resume_cuts_the_csv_back_to_the_saved_round(tff_runtime, config, cached_trainers, tmp_path, monkeypatch):
@@ -240,3 +251,36 @@ def test_subspace_run_refreshes_its_twin_basis_and_resumes_exactly(tff_runtime, 
     assert not refresher.due(3)
     with pytest.raises(FileNotFoundError, match="phase2.bin"):
         refresher.before_round(None, None, 3)
+
+
+@pytest.mark.parametrize("defense", ["none", "uniform"])
+def test_in_process_clients_give_the_default_placement_metrics(tff_runtime, config, tmp_path, defense):
+    """client_placement='in_process': the clients train in this process, the defense's clipping and
+    noise and the server step stay TFF computations; both phases, 2 rounds."""
+    base = dataclasses.replace(config, rounds=2, stage1_rounds=1, defense=defense, noise_multiplier=0.01)
+    runs = {}
+    for placement in ("tff", "in_process"):
+        out = str(tmp_path / placement)
+        runs[placement] = (experiment.run(dataclasses.replace(base, client_placement=placement), out, progress=False), _rows(out))
+    (summary_t, rows_t), (summary_i, rows_i) = runs["tff"], runs["in_process"]
+    assert [list(r) for r in rows_i] == [list(r) for r in rows_t]  # The same measurements.
+    for a, b in zip(rows_i, rows_t):
+        assert (a["phase"], a["num_examples"], a["nonfinite_updates"]) == (b["phase"], b["num_examples"], b["nonfinite_updates"])
+        for key in ("train_loss", "val_mse"):
+            np.testing.assert_allclose(float(a[key]), float(b[key]), rtol=1e-4, err_msg=key)
+    np.testing.assert_allclose(summary_i["final_val_mse"], summary_t["final_val_mse"], rtol=1e-4)
+
+
+def test_client_placement_is_checked_and_old_runs_count_as_tff(config, tmp_path):
+    with pytest.raises(ValueError, match="client_placement='gpu': expected one of"):
+        dataclasses.replace(config, client_placement="gpu")
+    with pytest.raises(ValueError, match="client_placement='in_process': expected 'tff' for the centralised reference"):
+        dataclasses.replace(config, centralised=True, client_placement="in_process")
+    saved = dataclasses.asdict(config)
+    del saved["client_placement"]  # A run saved before the field existed.
+    os.makedirs(tmp_path / "old")
+    with open(tmp_path / "old" / "config.json", "w") as f:
+        json.dump(saved, f)
+    assert experiment._check_config(config, str(tmp_path / "old"))
+    with pytest.raises(experiment.ConfigMismatchError, match="client_placement: saved 'tff', now 'in_process'"):
+        experiment._check_config(dataclasses.replace(config, client_placement="in_process"), str(tmp_path / "old"))

@@ -2,6 +2,7 @@
 
 import collections
 import csv
+import json
 import os
 
 import numpy as np
@@ -98,3 +99,29 @@ def test_overwrite_replaces_a_run_of_another_configuration(tff_runtime, tmp_path
     with open(os.path.join(run_dir, "metrics.csv")) as f:
         assert [int(r["round"]) for r in csv.DictReader(f)] == [0, 1, 2]
     assert final["rounds"] == 3 and (tmp_path / "run" / "notes.txt").read_text() == "mine"
+
+
+def test_in_process_clients_give_the_tff_placement_run(tff_runtime, tmp_path):
+    """client_placement='in_process': the clients' rounds in this process, Top-K, quantization,
+    aggregation and the server update in TFF; 2 rounds (a sync round among them), a NaN client."""
+    scenario = tiny_scenario()
+    method = remnet_methods.method("epfl_remnet", tiny_config(sync_period=1))
+    results = {}
+    for placement in ("tff", "in_process"):
+        run = rem_runner.RunConfig(rounds=2, eval_every=1, checkpoint_every=1, inject_nan_client="1:2", client_placement=placement)
+        run_dir = str(tmp_path / placement)
+        final = rem_runner.run_experiment(run_dir, scenario, method, run, log=lambda m: None)
+        with open(os.path.join(run_dir, "metrics.csv")) as f:
+            results[placement] = final, list(csv.DictReader(f))
+    (final_t, rows_t), (final_i, rows_i) = results["tff"], results["in_process"]
+    for a, b in zip(rows_i, rows_t):
+        for key in ("uploads", "uplink_bytes", "nonfinite_updates"):
+            assert a[key] == b[key], key
+        for key in ("train_loss", "macro_rmse", "micro_rmse"):
+            np.testing.assert_allclose(float(a[key]), float(b[key]), rtol=1e-4, err_msg=key)
+    np.testing.assert_allclose(final_i["per_client_rmse"], final_t["per_client_rmse"], rtol=1e-4)
+    assert [int(r["nonfinite_updates"]) for r in rows_i] == [0, 1]
+    assert "client_placement" not in json.load(open(tmp_path / "tff" / "config.json"))["run"]  # Old runs still match.
+    assert json.load(open(tmp_path / "in_process" / "config.json"))["run"]["client_placement"] == "in_process"
+    with pytest.raises(ValueError, match="client_placement='gpu'"):
+        rem_runner.RunConfig(client_placement="gpu")

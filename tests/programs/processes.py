@@ -11,8 +11,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 TIMEOUT_S = 600
 
 
-def run(module: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
+def run(module: str, *args: str, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
+
+
+def user_env() -> dict:
+    """The environment of a user who did not set TF_CPP_MIN_LOG_LEVEL (tests/conftest.py does)."""
+    return {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
 
 
 def start(module: str, *args: str, stderr_path=None) -> subprocess.Popen:

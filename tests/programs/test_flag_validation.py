@@ -63,6 +63,10 @@ CASES = {
         (["--output_dir={unwritable}"], "--output_dir='{unwritable}': cannot create the folder"),
         (["--workers=nohost"], "--workers='nohost': --workers entry 'nohost': expected host:port"),
         (["extra"], "unexpected positional arguments ['extra']"),
+        (["--client_placement=gpu"], "--client_placement=gpu: value should be one of <tff|in_process>"),
+        (["--centralised", "--client_placement=in_process"], "--client_placement='in_process': expected 'tff' with --centralised"),
+        # The good set's 3 maps: 1 for validation, 1 for test, 1 for training, so one client at most.
+        (["--clients=2"], "--clients=2: expected at most the 1 training maps of --data_root='{good}' (3 maps, 1 for validation, 1 for test)"),
     ],
     "privacy_table": [
         (["--methods=none,bogus"], "--methods='bogus': expected names from"),
@@ -97,6 +101,7 @@ CASES = {
         (["--data_root=" + MISSING], f"--data_root='{MISSING}': expected an existing folder"),
         (["--data_root={flat}"], "it lacks png/buildings_complete/"),
         (["--out={unwritable}"], "--out='{unwritable}': cannot create the folder"),
+        (["--client_placement=gpu"], "--client_placement=gpu: value should be one of <tff|in_process>"),
     ],
     "remnet_tables": [
         (["--pareto_k=0"], "--pareto_k='0': expected fractions in (0, 1]"),
@@ -121,7 +126,7 @@ CASES = {
 }
 # Each program's flags that make a run start (so that every case changes only one thing).
 BASE = {
-    "privacy_radiomap": ["--data_root={good}", "--output_dir={out}/p", "--resolution=32", "--clients=4", "--clients_per_round=2", "--rounds=4"],
+    "privacy_radiomap": ["--data_root={good}", "--output_dir={out}/p", "--resolution=32", "--clients=1", "--clients_per_round=1", "--rounds=4"],
     "privacy_table": ["--data_root={good}", "--output_dir={out}/t", "--rounds=4"],
     "epfl_remnet": ["--data_root={good}", "--out={out}/e", "--rounds=8"],
     "remnet_tables": ["--data_root={good}", "--out={out}/r", "--rounds=4"],
@@ -178,7 +183,7 @@ def test_a_corrupt_data_file_is_named_without_a_traceback(roots, tmp_path):
     bad = os.path.join(roots["corrupt"], "gain", "DPM", "0_1.png")
     r = processes.run(
         "programs.privacy_radiomap", f"--data_root={roots['corrupt']}", f"--output_dir={tmp_path}", "--resolution=32",
-        "--clients=2", "--clients_per_round=1", "--rounds=1", "--noprogress",
+        "--clients=1", "--clients_per_round=1", "--rounds=1", "--noprogress",
     )
     assert r.returncode == 2, r.stderr[-2000:]
     assert f"cannot read PNG {bad}" in r.stderr and "Traceback" not in r.stderr

@@ -3,6 +3,7 @@ a folder holding another run."""
 
 import json
 import os
+import re
 import signal
 
 import pytest
@@ -52,10 +53,13 @@ def test_killed_mid_run_then_restarted_ends_with_the_csv_of_an_uninterrupted_run
     processes.kill(killed)
     assert not (out / "summary.json").exists()
 
-    done = _program(*_args(data_root, out))
+    done = processes.run("programs.privacy_radiomap", *_args(data_root, out), env=processes.user_env())
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "resuming after round" in done.stderr
+    assert "resuming after round" in (out / "log.txt").read_text()
+    assert not re.search(r"^I\d{4} ", done.stderr, re.M), done.stderr[-2000:]  # INFO logging goes to log.txt.
+    assert "Unable to register" not in done.stderr  # TensorFlow's CUDA-registration noise.
     assert f"results: {out}" in done.stdout
+    assert f"picture: {out / 'predictions.png'}" in done.stdout and (out / "curves.png").exists()
     assert processes.rows(out / "metrics.csv") == processes.rows(uninterrupted / "metrics.csv")
     assert [r["round"] for r in processes.rows(out / "metrics.csv")] == [str(r) for r in range(1, ROUNDS + 1)]
     final = json.load(open(out / "summary.json"))

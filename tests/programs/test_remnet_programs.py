@@ -98,3 +98,10 @@ def test_epfl_remnet_drops_and_counts_a_nan_client(uninterrupted):
     assert int(rows[1]["uploads"]) == 3
     final = json.load(open(uninterrupted / "heavy" / "epfl_remnet" / "final.json"))
     assert all(v == v for v in final["per_client_rmse"])  # No NaN.
+
+
+def test_epfl_remnet_writes_its_pictures_and_logs_info_to_its_folder(uninterrupted):
+    run_dir = uninterrupted / "heavy" / "epfl_remnet"
+    for name in ("curves.png", "client_rmse.png"):
+        assert (run_dir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+    assert (run_dir / "log.txt").exists()

@@ -147,8 +147,18 @@ class ClientPerturbationFactory(tff.aggregators.UnweightedAggregationFactory, tf
 
     # -- the TFF process ----------------------------------------------------------------------
     def budget(self, groups: ParameterGroups | None = None) -> float:
-        """B = d (C nu)^2 for the given (or the factory's) groups."""
+        """B = d (C nu)^2 for the given (or the factory's) groups.
+
+        Raises ValueError when neither is given: d, the number of coordinates, is then only known
+        to `create(value_type)`.
+        """
         groups = groups or self.groups
+        if groups is None:
+            raise ValueError(
+                f"{type(self).__name__}(clip_norm={self.clip_norm}, noise_multiplier={self.noise_multiplier}).budget(): "
+                "B = d (C nu)^2 needs the number of coordinates d; pass groups= here or to the factory "
+                "(ParameterGroups.single(shapes) for one group)"
+            )
         return budget_lib.total_budget(groups.num_coordinates, self.clip_norm, self.noise_multiplier)
 
     def _groups_for(self, value_type) -> tuple[list, ParameterGroups]:

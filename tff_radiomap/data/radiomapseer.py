@@ -99,7 +99,7 @@ class RadioMapSeer:
                 raise DataLayoutError(f"data root {root} lacks {os.path.relpath(d, root)}/ (the {name} folder of the RadioMapSeer layout)")
         self._dirs = dirs
 
-        map_ids = sorted(int(m.group(1)) for f in os.listdir(dirs["buildings"]) if (m := re.fullmatch(r"(\d+)\.png", f)))
+        map_ids = list_map_ids(root)
         if not map_ids:
             raise DataLayoutError(f"no building maps ({{m}}.png) in {dirs['buildings']}")
         if config.maps is not None:
@@ -213,6 +213,12 @@ class MapSplit:
     train: np.ndarray  # Map positions (indices into RadioMapSeer.map_ids).
     val: np.ndarray
     test: np.ndarray
+
+
+def list_map_ids(root: str) -> list[int]:
+    """The ids m of the building maps ROOT/png/buildings_complete/{m}.png, sorted (nothing is read)."""
+    folder = os.path.join(root, "png", "buildings_complete")
+    return sorted(int(m.group(1)) for f in os.listdir(folder) if (m := re.fullmatch(r"(\d+)\.png", f)))
 
 
 def split_maps(num_maps: int, val_fraction: float = 0.15, test_fraction: float = 0.15, seed: int = 0) -> MapSplit:

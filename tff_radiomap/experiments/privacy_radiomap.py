@@ -9,6 +9,9 @@ reference) for `config.rounds` rounds and writes to `output_dir`:
     tensorboard/       the same values as TensorBoard scalars
     program_state/     `tff.program.FileProgramStateManager` checkpoints, one per round
     summary.json       best and final validation MSE, written when the run completes
+    curves.png, predictions.png   pictures of the finished run (`privacy_figures`); a finished
+                       run found again without them gets them then
+    log.txt            (programs only) the run's INFO logging, `programs/console.py`
 
 A run finding program state in `output_dir` resumes after the last saved round. Every random
 choice (initial weights, client sampling, shuffling) is a function of (seed, round), so the
@@ -35,7 +38,7 @@ import tensorflow_federated as tff
 from absl import logging
 
 from tff_radiomap.data import radiomapseer
-from tff_radiomap.experiments import privacy_defenses
+from tff_radiomap.experiments import privacy_defenses, privacy_figures
 from tff_radiomap.learning import centralised, federated_data, keras_wrap, radiounet_process
 from tff_radiomap.learning.keras_wrap import Phase
 from tff_radiomap.metrics import reconstruction
@@ -90,6 +93,10 @@ class ExperimentConfig:
     # Test hook: "ROUND:CLIENT" feeds client CLIENT NaN inputs in round ROUND (if it is sampled),
     # so that its update is not finite; the run must zero it and count it (nonfinite_updates).
     inject_nan_client: str = ""
+    # Where the clients train: "tff" (the TFF worker, CPU) or "in_process" (this Python process, on
+    # a GPU if TensorFlow sees one); aggregation, defenses and the server step are TFF either way.
+    # Equal to float tolerance, not bitwise: a run keeps the placement it started with.
+    client_placement: str = "tff"
 
     def __post_init__(self):
         checks = [
@@ -117,6 +124,8 @@ class ExperimentConfig:
             (self.attack_steps >= 1, "attack_steps", "an integer >= 1"),
             (self.attack_train_traces >= 10, "attack_train_traces", "an integer >= 10"),
             (self.attack_test_traces >= 1, "attack_test_traces", "an integer >= 1"),
+            (self.client_placement in radiounet_process.CLIENT_PLACEMENTS, "client_placement", f"one of {radiounet_process.CLIENT_PLACEMENTS}"),
+            (not self.centralised or self.client_placement == "tff", "client_placement", "'tff' for the centralised reference (no clients)"),
         ]
         for ok, name, expected in checks:
             if not ok:
@@ -195,7 +204,8 @@ def build_trainer(config: ExperimentConfig, data: federated_data.FederatedRadioM
 
     Federated clients train with the tensor local loop; with `data_by_reference` (TFF workers that
     see this machine's temporary folder) they read their samples from files, else each round sends
-    them. Both give the same results; the NaN test hook needs the data sent.
+    them. Both give the same results; the NaN test hook needs the data sent. With
+    `config.client_placement == 'in_process'` they train in this process instead.
     """
     model_config = config.model_config()
     initial = keras_wrap.initial_weights(model_config, config.seed)
@@ -206,7 +216,9 @@ def build_trainer(config: ExperimentConfig, data: federated_data.FederatedRadioM
         )
     server_opt = radiounet_process.build_optimizer(config.server_optimizer, config.server_learning_rate)
     defense = DEFENSES[config.defense]
-    data_path = dict(batch_size=config.batch_size, data_by_reference=data_by_reference and not config.nan_injection())
+    data_path = dict(
+        batch_size=config.batch_size, data_by_reference=data_by_reference and not config.nan_injection(), client_placement=config.client_placement
+    )
     if defense.protocol == "fedsgd":
         aggregator = defense.model_aggregator(config, Phase.JOINT, basis_dir)
         return radiounet_process.build_fedsgd_process(model_config, initial, client_opt, server_opt, aggregator, **data_path)
@@ -216,8 +228,25 @@ def build_trainer(config: ExperimentConfig, data: federated_data.FederatedRadioM
     )
 
 
+def check_data(config: ExperimentConfig, num_maps: int | None = None) -> None:
+    """Raises `DataTooSmallError` naming the flag unless the data root's `num_maps` maps (default:
+    those listed in it) serve the map split and `config.num_clients` clients (>= 1 training map each)."""
+    if num_maps is None:
+        num_maps = len(radiomapseer.list_map_ids(config.data_root))
+    try:
+        split = radiomapseer.split_maps(num_maps, config.val_fraction, config.test_fraction, config.seed)
+    except ValueError as exc:
+        raise DataTooSmallError(f"--data_root={config.data_root!r}: {exc} (expected at least 3 maps: validation, test, training)") from exc
+    if config.num_clients > len(split.train):
+        raise DataTooSmallError(
+            f"--clients={config.num_clients}: expected at most the {len(split.train)} training maps of "
+            f"--data_root={config.data_root!r} ({num_maps} maps, {len(split.val)} for validation, {len(split.test)} for test)"
+        )
+
+
 def load_data(config: ExperimentConfig) -> federated_data.FederatedRadioMaps:
     data = radiomapseer.RadioMapSeer(radiomapseer.LoaderConfig(root=config.data_root, resolution=config.resolution))
+    check_data(config, len(data.map_ids))
     return federated_data.FederatedRadioMaps.load(data, config.num_clients, config.seed, config.val_fraction, config.test_fraction)
 
 
@@ -299,7 +328,10 @@ def run(
     summary_path = os.path.join(output_dir, "summary.json")
     if config_saved and os.path.exists(summary_path):
         with open(summary_path) as f:
-            return json.load(f)
+            summary = json.load(f)
+        if not all(os.path.exists(p) for p in privacy_figures.paths(output_dir)):
+            _pictures_of_finished_run(config, output_dir, data_by_reference)
+        return summary
     started = time.monotonic()
     data = load_data(config)
     basis_dir = os.path.join(output_dir, "basis")
@@ -341,9 +373,38 @@ def run(
         loop.close()
         data.remove_client_files()
 
+    _write_pictures(config, output_dir, data, trainer.network_weights(program_state["trainer_state"]))
     summary = _summary(config, program_state, wall_seconds=time.monotonic() - started)
     run_folder.write_json(summary_path, summary)
     return summary
+
+
+def _write_pictures(config: ExperimentConfig, output_dir: str, data, weights) -> None:
+    """curves.png and predictions.png (privacy_figures); a failure to draw is a warning, not a failed run."""
+    try:
+        privacy_figures.write_run_pictures(output_dir, config.model_config(), config.phase_for_round(config.rounds), data.val, weights, config.seed)
+    except (OSError, ValueError, RuntimeError) as exc:
+        logging.warning("%s: the pictures were not written: %s", output_dir, exc)
+
+
+def _pictures_of_finished_run(config: ExperimentConfig, output_dir: str, data_by_reference: bool) -> None:
+    """The pictures of a run finished without them (before they existed): its last saved state."""
+    data = load_data(config)
+    try:
+        trainer = build_trainer(config, data, data_by_reference=data_by_reference, basis_dir=os.path.join(output_dir, "basis"))
+        states = tff.program.FileProgramStateManager(os.path.join(output_dir, "program_state"), keep_total=3)
+        loop = asyncio.new_event_loop()
+        try:
+            program_state, done = _restore(loop, states, trainer)
+        finally:
+            loop.close()
+        if done == 0:  # No saved state to draw the predictions of: the curves only.
+            logging.warning("%s: no program state left; predictions.png not written", output_dir)
+            privacy_figures.curves(os.path.join(output_dir, "metrics.csv"), privacy_figures.paths(output_dir)[0])
+            return
+        _write_pictures(config, output_dir, data, trainer.network_weights(program_state["trainer_state"]))
+    finally:
+        data.remove_client_files()
 
 
 def _basis_refresher(config: ExperimentConfig, basis_dir: str, hooks):
@@ -437,7 +498,10 @@ def _inject_nan(config: ExperimentConfig, round_num: int, clients, datasets: lis
         return datasets
     i = list(clients).index(injection[1])
     logging.warning("round %d: test hook: client %d trains on NaN inputs", round_num, injection[1])
-    poisoned = datasets[i].map(lambda batch: collections.OrderedDict(x=batch["x"] * float("nan"), y=batch["y"]))
+    if isinstance(datasets[i], Mapping):  # In-process clients: numpy samples.
+        poisoned = collections.OrderedDict(x=datasets[i]["x"] * np.float32("nan"), y=datasets[i]["y"])
+    else:
+        poisoned = datasets[i].map(lambda batch: collections.OrderedDict(x=batch["x"] * float("nan"), y=batch["y"]))
     return datasets[:i] + [poisoned] + datasets[i + 1 :]
 
 

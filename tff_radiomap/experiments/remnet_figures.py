@@ -5,6 +5,11 @@
   pareto.png       per scenario: macro RMSE against cumulative uplink over the k_fraction x R
                    grid, the Pareto front joined, the baselines as reference points (Fig. 3)
   boxplot.png      per scenario: the distribution of per-client RMSE of the main methods
+
+and of one run (`write_run_figures`, programs.epfl_remnet):
+
+  curves.png       macro RMSE (dB) and cumulative uplink (MB) against the round
+  client_rmse.png  per-client RMSE (dB) on the 10 x 9 grid of clients
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import csv
 import os
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -90,3 +96,45 @@ def write_figures(config, results, out_dir: str) -> list[str]:
         draw(config, results, path)
         paths.append(path)
     return paths
+
+
+# -- one run of programs.epfl_remnet -----------------------------------------------------------
+RUN_CURVES, RUN_CLIENT_MAP = "curves.png", "client_rmse.png"
+
+
+def run_curves(run_dir: str, path: str) -> str:
+    """curves.png of one run: macro RMSE (dB) at the evaluated rounds and cumulative uplink (MB)."""
+    curve = _read_curve(run_dir)
+    fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.6))
+    axes[0].plot(curve["eval_round"], curve["macro_rmse"], marker="o")
+    axes[0].set(xlabel="round", ylabel="macro RMSE (dB)", title="Accuracy")
+    axes[1].plot(curve["round"], curve["cum_mb"], marker=".")
+    axes[1].set(xlabel="round", ylabel="cumulative uplink (MB)", title="Communication")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def client_map(per_client_rmse, grid: tuple[int, int], path: str) -> str:
+    """client_rmse.png: each client's test RMSE (dB) on the clients' grid (client c = band *
+    grid[1] + cell; bands are row quantiles of the map, cells column quantiles within a band)."""
+    values = np.asarray(per_client_rmse, dtype=np.float64).reshape(grid)
+    fig, ax = plt.subplots(figsize=(5.2, 5.0))
+    image = ax.imshow(values, cmap="magma")
+    for (i, j), v in np.ndenumerate(values):
+        ax.text(j, i, f"{v:.1f}", ha="center", va="center", fontsize=6, color="white" if v < np.nanmean(values) else "black")
+    fig.colorbar(image, ax=ax, fraction=0.046, label="per-client RMSE (dB)")
+    ax.set(xlabel="cell within the band (columns, left to right)", ylabel="band (rows, top to bottom)", title="Per-client RMSE")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_run_figures(run_dir: str, final: dict, grid: tuple[int, int]) -> list[str]:
+    """curves.png and client_rmse.png of one run from its metrics.csv and final.json content."""
+    return [
+        run_curves(run_dir, os.path.join(run_dir, RUN_CURVES)),
+        client_map(final["per_client_rmse"], grid, os.path.join(run_dir, RUN_CLIENT_MAP)),
+    ]

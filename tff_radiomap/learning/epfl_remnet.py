@@ -201,62 +201,67 @@ def is_sync_round(round_num, sync_period: int):
 
 # ---------------------------------------------------------------------------------------------
 # Client and server work.
+def client_update_fn(config: EpflRemnetConfig, local: local_lib.LocalModel, layout: ModelLayout, model: tf.keras.Model):
+    """The client's round on `model` (built by `local.build()`) as a Python function
+    (broadcast, state, data) -> (upload, weight, new state, metrics), for a `tf.function`: inside
+    the TFF client computation, or in this process (`epfl_in_process`)."""
+    k = top_k.num_kept(wire.value_count(layout.shared_type), k_fraction=config.k_fraction) if config.k_fraction else None
+    shared_vars, private_vars = local.shared(model), local.private(model)
+    train = local_lib.build_train_fn(local, model, client_optimizer(config), config.training)
+
+    def update(broadcast, state, data):
+        theta = [broadcast["shared"][key] for key in layout.shared_keys]
+        for v, value in zip(shared_vars, theta):
+            v.assign(value)
+        for v, key in zip(private_vars, layout.private_keys):
+            v.assign(state["head"][key])
+        seed = tf.stack([state["seed"], tf.cast(broadcast["round"], tf.int64)])
+        loss, side_bytes = train(data, seed)
+        delta = [v.read_value() - t for v, t in zip(shared_vars, theta)]
+        # A round whose result holds a NaN or Inf is dropped: no upload, the old head and error.
+        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in [loss] + delta + [v.read_value() for v in private_vars]])
+        delta = [tf.where(finite, d, tf.zeros_like(d)) for d in delta]
+        sync = tf.logical_and(is_sync_round(broadcast["round"], config.sync_period), finite)
+        new_state = collections.OrderedDict()
+        if private_vars:
+            new_state["head"] = collections.OrderedDict(
+                (key, tf.where(finite, v.read_value(), state["head"][key])) for key, v in zip(layout.private_keys, private_vars)
+            )
+        if k is not None:
+            error = [state["error"][key] for key in layout.shared_keys]
+
+            def error_feedback():
+                # u = Delta + e (Eq. (9)) is uploaded; e = u - T_K(u, K) (Eq. (10)) stays.
+                u = [d + e for d, e in zip(delta, error)]
+                return u, [ui - si for ui, si in zip(u, top_k.top_k_sparsify(u, k))]
+
+            upload, new_error = tf.cond(sync, error_feedback, lambda: ([tf.zeros_like(d) for d in delta], error))
+            new_state["error"] = collections.OrderedDict(zip(layout.shared_keys, new_error))
+        else:
+            upload = [tf.where(sync, d, tf.zeros_like(d)) for d in delta]
+        new_state["rounds"] = state["rounds"] + 1
+        new_state["uploads"] = state["uploads"] + tf.cast(sync, tf.int32)
+        new_state["seed"] = state["seed"]
+        examples = tf.cast(data["num_examples"], tf.float32)
+        weight = tf.cast(sync, tf.float32) * (examples if config.client_weighting == "num_examples" else 1.0)
+        metrics = collections.OrderedDict(
+            loss=tf.where(finite, loss, 0.0),
+            examples=tf.where(finite, examples, 0.0),
+            uploaded=tf.cast(sync, tf.int32),
+            side_bytes=side_bytes,
+            nonfinite=tf.cast(tf.logical_not(finite), tf.int32),
+        )
+        return collections.OrderedDict(zip(layout.shared_keys, upload)), weight, new_state, metrics
+
+    return update
+
+
 def _client_round(config: EpflRemnetConfig, local: local_lib.LocalModel, layout: ModelLayout, broadcast_type, state_type, data_type):
     """The client's TF computation: (broadcast, state, data) -> (upload, weight, state, metrics)."""
-    k = top_k.num_kept(wire.value_count(layout.shared_type), k_fraction=config.k_fraction) if config.k_fraction else None
 
     @tff.tensorflow.computation(broadcast_type, state_type, data_type)
     def client_round(broadcast, state, data):
-        model = local.build()
-        shared_vars, private_vars = local.shared(model), local.private(model)
-        train = local_lib.build_train_fn(local, model, client_optimizer(config), config.training)
-
-        @tf.function
-        def update(broadcast, state, data):
-            theta = [broadcast["shared"][key] for key in layout.shared_keys]
-            for v, value in zip(shared_vars, theta):
-                v.assign(value)
-            for v, key in zip(private_vars, layout.private_keys):
-                v.assign(state["head"][key])
-            seed = tf.stack([state["seed"], tf.cast(broadcast["round"], tf.int64)])
-            loss, side_bytes = train(data, seed)
-            delta = [v.read_value() - t for v, t in zip(shared_vars, theta)]
-            # A round whose result holds a NaN or Inf is dropped: no upload, the old head and error.
-            finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in [loss] + delta + [v.read_value() for v in private_vars]])
-            delta = [tf.where(finite, d, tf.zeros_like(d)) for d in delta]
-            sync = tf.logical_and(is_sync_round(broadcast["round"], config.sync_period), finite)
-            new_state = collections.OrderedDict()
-            if private_vars:
-                new_state["head"] = collections.OrderedDict(
-                    (key, tf.where(finite, v.read_value(), state["head"][key])) for key, v in zip(layout.private_keys, private_vars)
-                )
-            if k is not None:
-                error = [state["error"][key] for key in layout.shared_keys]
-
-                def error_feedback():
-                    # u = Delta + e (Eq. (9)) is uploaded; e = u - T_K(u, K) (Eq. (10)) stays.
-                    u = [d + e for d, e in zip(delta, error)]
-                    return u, [ui - si for ui, si in zip(u, top_k.top_k_sparsify(u, k))]
-
-                upload, new_error = tf.cond(sync, error_feedback, lambda: ([tf.zeros_like(d) for d in delta], error))
-                new_state["error"] = collections.OrderedDict(zip(layout.shared_keys, new_error))
-            else:
-                upload = [tf.where(sync, d, tf.zeros_like(d)) for d in delta]
-            new_state["rounds"] = state["rounds"] + 1
-            new_state["uploads"] = state["uploads"] + tf.cast(sync, tf.int32)
-            new_state["seed"] = state["seed"]
-            examples = tf.cast(data["num_examples"], tf.float32)
-            weight = tf.cast(sync, tf.float32) * (examples if config.client_weighting == "num_examples" else 1.0)
-            metrics = collections.OrderedDict(
-                loss=tf.where(finite, loss, 0.0),
-                examples=tf.where(finite, examples, 0.0),
-                uploaded=tf.cast(sync, tf.int32),
-                side_bytes=side_bytes,
-                nonfinite=tf.cast(tf.logical_not(finite), tf.int32),
-            )
-            return collections.OrderedDict(zip(layout.shared_keys, upload)), weight, new_state, metrics
-
-        return update(broadcast, state, data)
+        return tf.function(client_update_fn(config, local, layout, local.build()))(broadcast, state, data)
 
     return client_round
 
@@ -299,11 +304,41 @@ def _server_fns(config: EpflRemnetConfig, layout: ModelLayout, shared_type, byte
 
 # ---------------------------------------------------------------------------------------------
 # The process.
+CLIENT_PLACEMENTS = ("tff", "in_process")
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerParts:
+    """The TFF computations of a round other than the client work (both placements use them)."""
+
+    layout: ModelLayout
+    aggregator: tff.templates.AggregationProcess
+    initialize: tff.Computation  # () -> <model, aggregator>@SERVER
+    server_update: tff.Computation
+    broadcast_part: tff.Computation
+    uplink_bytes: tff.Computation
+
+
+def server_parts(config: EpflRemnetConfig, local: local_lib.LocalModel, seed: int = 0) -> ServerParts:
+    layout = model_layout(local, seed)
+    factory = upload_factory(config)
+    aggregator = factory.create(layout.shared_type, tff.TensorType(np.float32))
+    bytes_per_upload = upload_bytes_per_client(factory, layout.uploaded_type)
+    server_init, server_update, broadcast_part, uplink_bytes = _server_fns(config, layout, layout.shared_type, bytes_per_upload)
+
+    @tff.federated_computation
+    def initialize():
+        return tff.federated_zip(collections.OrderedDict(model=tff.federated_eval(server_init, tff.SERVER), aggregator=aggregator.initialize()))
+
+    return ServerParts(layout, aggregator, initialize, server_update, broadcast_part, uplink_bytes)
+
+
 def build_process(
     config: EpflRemnetConfig,
     data_type,
     local: local_lib.LocalModel | None = None,
     seed: int = 0,
+    client_placement: str = "tff",
 ) -> tuple[tff.templates.IterativeProcess, ModelLayout]:
     """The EPFL-REMNet process for clients whose data has `data_type` (`client_data_type`).
 
@@ -314,21 +349,23 @@ def build_process(
     `uplink_bytes` (exact bytes they sent: uploads x bytes per upload of the device's shared part
     + per-step side bytes), `aggregator` (the upload factory's measurements; its own
     `uplink_bytes` counts every client it aggregates, zero-weight non-sync clients included, so
-    the process's `uplink_bytes` is the figure to use).
+    the process's `uplink_bytes` is the figure to use). `client_placement` 'in_process': the
+    clients train in this Python process (`epfl_in_process.InProcessEpflRemnet`, same `next`),
+    aggregation and server update stay TFF computations.
     """
     local = local or local_lib.remnet_local_model(config.model, config.split_head)
-    layout = model_layout(local, seed)
-    shared_type = layout.shared_type
-    factory = upload_factory(config)
-    aggregator = factory.create(shared_type, tff.TensorType(np.float32))
-    state_type = client_state_type(config, layout)
-    bytes_per_upload = upload_bytes_per_client(factory, layout.uploaded_type)
-    server_init, server_update, broadcast_part, uplink_bytes = _server_fns(config, layout, shared_type, bytes_per_upload)
-    client_round = _client_round(config, local, layout, broadcast_part.type_signature.result, state_type, data_type)
+    if client_placement == "in_process":
+        from tff_radiomap.learning import epfl_in_process  # It imports this module.
 
-    @tff.federated_computation
-    def initialize():
-        return tff.federated_zip(collections.OrderedDict(model=tff.federated_eval(server_init, tff.SERVER), aggregator=aggregator.initialize()))
+        process = epfl_in_process.InProcessEpflRemnet(config, local, seed)
+        return process, process.parts.layout
+    if client_placement != "tff":
+        raise ValueError(f"client_placement={client_placement!r}: expected one of {CLIENT_PLACEMENTS}")
+    parts = server_parts(config, local, seed)
+    layout, aggregator = parts.layout, parts.aggregator
+    state_type = client_state_type(config, layout)
+    client_round = _client_round(config, local, layout, parts.broadcast_part.type_signature.result, state_type, data_type)
+    initialize, server_update, broadcast_part, uplink_bytes = parts.initialize, parts.server_update, parts.broadcast_part, parts.uplink_bytes
 
     @tff.federated_computation(initialize.type_signature.result, tff.FederatedType(state_type, tff.CLIENTS), tff.FederatedType(data_type, tff.CLIENTS))
     def next_fn(server_state, client_states, client_data):

@@ -15,12 +15,15 @@ So a defense's clipping and noise still run as TFF computations (on the CPU work
 see bench/RESULTS.md), and the expensive part, the U-Net's forward and backward passes, runs on
 the GPU. Client work happens sequentially; a GPU gains from it at full resolution only.
 
-State: OrderedDict(global_model_weights=`tff.learning.models.ModelWeights` of numpy arrays,
-aggregator=its state, finalizer=the server optimizer's state). `next(state, client_data)` takes a
-list of OrderedDict(x [n,r,r,2], y [n,r,r,1]) numpy arrays, the samples in training order
-(`federated_data.FederatedRadioMaps.client_samples`), and returns (state, metrics) with the
-metrics of the TFF process: client_work (train_loss, num_examples, nonfinite_updates),
-aggregator, finalizer.
+The process has the contract of the phase's `tff.learning.templates.LearningProcess`, so that a
+`radiounet_process.PhasedProcess` runs it in its place (`client_placement='in_process'`):
+`initialize()` gives a `tff.learning.templates.LearningAlgorithmState` (global_model_weights: a
+`tff.learning.models.ModelWeights` of numpy arrays; distributor and client_work: (); aggregator:
+the factory's state; finalizer: the server optimizer's state), `set_model_weights` replaces the
+weights, and `next(state, client_data)` returns a `LearningProcessOutput` whose metrics have the
+TFF process's structure: distributor, client_work (train_loss, num_examples, nonfinite_updates),
+aggregator, finalizer. `client_data` is a list of OrderedDict(x [n,r,r,2], y [n,r,r,1]) numpy
+arrays, the samples in training order (`federated_data.FederatedRadioMaps.client_samples`).
 """
 
 from __future__ import annotations
@@ -83,16 +86,20 @@ class InProcessClientsProcess:
         """True if the clients' model lives on a GPU."""
         return any("GPU" in v.device.upper() for v in self._model.trainable_variables)
 
-    def initialize(self) -> collections.OrderedDict:
-        return collections.OrderedDict(
-            global_model_weights=self._start, aggregator=self._aggregator.initialize(), finalizer=self._finalizer.initialize()
+    def initialize(self) -> tff.learning.templates.LearningAlgorithmState:
+        return tff.learning.templates.LearningAlgorithmState(
+            global_model_weights=self._start, distributor=(), client_work=(),
+            aggregator=self._aggregator.initialize(), finalizer=self._finalizer.initialize(),
         )
 
-    def network_weights(self, state, previous: NetworkWeights) -> NetworkWeights:
-        return keras_wrap.from_model_weights(state["global_model_weights"], self.phase, previous)
+    def set_model_weights(self, state, weights: tff.learning.models.ModelWeights):
+        return state._replace(global_model_weights=weights)
 
-    def next(self, state, client_data):
-        weights = state["global_model_weights"]
+    def network_weights(self, state, previous: NetworkWeights) -> NetworkWeights:
+        return keras_wrap.from_model_weights(state.global_model_weights, self.phase, previous)
+
+    def next(self, state, client_data) -> tff.learning.templates.LearningProcessOutput:
+        weights = state.global_model_weights
         trainable = [tf.constant(w) for w in weights.trainable]
         non_trainable = [tf.constant(w) for w in weights.non_trainable]
         # Client work: local training in this process, one client after the other.
@@ -107,17 +114,16 @@ class InProcessClientsProcess:
             loss_sum, loss_examples = loss_sum + float(loss), loss_examples + int(examples)
             num_examples, nonfinite = num_examples + int(count), nonfinite + int(not bool(finite))
         # Aggregation: the factory's TFF process over the uploads.
-        aggregated = self._aggregator.next(state["aggregator"], updates, update_weights)
+        aggregated = self._aggregator.next(state.aggregator, updates, update_weights)
         # Server: TFF's apply-optimizer finalizer.
-        finalized = self._finalizer.next(state["finalizer"], weights, aggregated.result)
+        finalized = self._finalizer.next(state.finalizer, weights, aggregated.result)
         metrics = collections.OrderedDict(
+            distributor=(),
             client_work=collections.OrderedDict(
                 train_loss=np.float32(loss_sum / max(loss_examples, 1)), num_examples=num_examples, nonfinite_updates=nonfinite
             ),
             aggregator=aggregated.measurements,
             finalizer=finalized.measurements,
         )
-        new_state = collections.OrderedDict(
-            global_model_weights=finalized.result, aggregator=aggregated.state, finalizer=finalized.state
-        )
-        return new_state, metrics
+        new_state = state._replace(global_model_weights=finalized.result, aggregator=aggregated.state, finalizer=finalized.state)
+        return tff.learning.templates.LearningProcessOutput(new_state, metrics)

@@ -91,6 +91,27 @@ def build_phase_process(
     return process
 
 
+CLIENT_PLACEMENTS = ("tff", "in_process")
+
+
+def _placed_phase_process(client_placement: str, config, phase, initial, client_optimizer, server_optimizer, model_aggregator, local_steps, batch_size, data_by_reference):
+    """The phase's process with the clients in the TFF worker ('tff': `build_phase_process`) or in
+    this Python process ('in_process': `in_process_clients.InProcessClientsProcess`, on a GPU if
+    TensorFlow sees one; aggregation and server step stay TFF computations)."""
+    if client_placement == "tff":
+        return build_phase_process(
+            config, phase, initial, client_optimizer, server_optimizer, model_aggregator,
+            local_steps=local_steps, batch_size=batch_size, data_by_reference=data_by_reference,
+        )
+    if client_placement == "in_process":
+        from tff_radiomap.learning import in_process_clients  # It imports this module.
+
+        return in_process_clients.InProcessClientsProcess(
+            config, phase, initial, client_optimizer, server_optimizer, model_aggregator, batch_size=batch_size, local_steps=local_steps
+        )
+    raise ValueError(f"client_placement={client_placement!r}: expected one of {CLIENT_PLACEMENTS}")
+
+
 class PhasedProcess:
     """Phase processes run in sequence over the rounds of one training run.
 
@@ -98,7 +119,9 @@ class PhasedProcess:
     `LearningAlgorithmState`). `next(state, round_num, client_data)` runs round `round_num`
     (1-based) on the list of client data (`round_data` gives it); its metrics hold `phase` and
     the phase process's metrics (`client_work`, `aggregator`, `finalizer`, `distributor`). `client_weighting[phase]`
-    is 'num_examples' (Eq. (5)) or 'uniform' (an unweighted aggregator).
+    is 'num_examples' (Eq. (5)) or 'uniform' (an unweighted aggregator). With `client_placement`
+    'in_process' the phase processes are `InProcessClientsProcess`es and the client data are
+    numpy samples (`round_data`).
     """
 
     def __init__(
@@ -108,15 +131,19 @@ class PhasedProcess:
         initial: NetworkWeights,
         client_weighting: dict[Phase, str],
         data_by_reference: bool = False,
+        client_placement: str = "tff",
     ):
         self.processes = processes
         self.phase_for_round = phase_for_round
         self.initial = initial
         self.client_weighting = client_weighting
         self.data_by_reference = data_by_reference
+        self.client_placement = client_placement
 
     def round_data(self, data, clients, round_num: int, batch_size: int, epochs: int = 1) -> list:
         """The client data `next` takes for `clients` of a `federated_data.FederatedRadioMaps`."""
+        if self.client_placement == "in_process":
+            return [data.client_samples(k, round_num, epochs) for k in clients]
         if self.data_by_reference:
             return data.round_references(clients, round_num, epochs)
         return data.round_datasets(clients, round_num, batch_size, epochs)
@@ -183,12 +210,14 @@ def build_two_stage_process(
     model_aggregator: AggregationFactory | Mapping[Phase, AggregationFactory | None] | None = None,
     batch_size: int | None = None,
     data_by_reference: bool = False,
+    client_placement: str = "tff",
 ) -> PhasedProcess:
     """No Defense's protocol: stage 1 for rounds 1..`stage1_rounds`, then stage 2 (stage 1 frozen).
 
     `model_aggregator` is one factory for both phases, or {Phase.STAGE1: f1, Phase.STAGE2: f2}
     when the aggregation depends on which stage is uploaded (None: the weighted mean).
-    `batch_size`, `data_by_reference`: see `build_phase_process`.
+    `batch_size`, `data_by_reference`: see `build_phase_process`; `client_placement`: 'tff' or
+    'in_process' (see `_placed_phase_process`; needs an integer `batch_size`).
     """
     if stage1_rounds < 0:
         raise ValueError(f"stage1_rounds={stage1_rounds}: expected >= 0")
@@ -201,7 +230,10 @@ def build_two_stage_process(
     else:
         factories = {p: model_aggregator for p in phases}
     processes = {
-        p: build_phase_process(config, p, initial, client_optimizer, server_optimizer, factories[p], batch_size=batch_size, data_by_reference=data_by_reference)
+        p: _placed_phase_process(
+            client_placement, config, p, initial, client_optimizer, server_optimizer, factories[p],
+            local_training.LocalSteps.EPOCHS, batch_size, data_by_reference,
+        )
         for p in phases
     }
     return PhasedProcess(
@@ -210,6 +242,7 @@ def build_two_stage_process(
         initial,
         {p: as_weighted(factories[p])[1] for p in phases},
         data_by_reference,
+        client_placement,
     )
 
 
@@ -221,16 +254,16 @@ def build_fedsgd_process(
     model_aggregator: AggregationFactory | None = None,
     batch_size: int | None = None,
     data_by_reference: bool = False,
+    client_placement: str = "tff",
 ) -> PhasedProcess:
     """FedSGD: each client takes one step on its full local gradient; both stages, every round."""
-    process = build_phase_process(
-        config, Phase.JOINT, initial, client_optimizer, server_optimizer, model_aggregator,
-        local_steps=local_training.LocalSteps.ONE_STEP, batch_size=batch_size,
-        data_by_reference=data_by_reference,
+    process = _placed_phase_process(
+        client_placement, config, Phase.JOINT, initial, client_optimizer, server_optimizer, model_aggregator,
+        local_training.LocalSteps.ONE_STEP, batch_size, data_by_reference,
     )
     return PhasedProcess(
         {Phase.JOINT: process}, lambda r: Phase.JOINT, initial, {Phase.JOINT: as_weighted(model_aggregator)[1]},
-        data_by_reference,
+        data_by_reference, client_placement,
     )
 
 

@@ -62,11 +62,16 @@ class RunConfig:
     # Test hook: "ROUND:CLIENT" (0-based, as in metrics.csv) feeds client CLIENT NaN inputs in round
     # ROUND if it is selected; its round must be dropped and counted (nonfinite_updates).
     inject_nan_client: str = ""
+    # Where the clients train: "tff" (the TFF worker) or "in_process" (this Python process, on a GPU
+    # if TensorFlow sees one; `epfl_in_process`). Equal to float tolerance, not bitwise.
+    client_placement: str = "tff"
 
     def __post_init__(self):
         for name in ("rounds", "clients_per_round", "eval_every", "checkpoint_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)}: expected an integer >= 1")
+        if self.client_placement not in epfl_remnet.CLIENT_PLACEMENTS:
+            raise ValueError(f"client_placement={self.client_placement!r}: expected one of {epfl_remnet.CLIENT_PLACEMENTS}")
         self.nan_injection()
 
     def nan_injection(self) -> tuple[int, int] | None:
@@ -79,11 +84,13 @@ class RunConfig:
         return int(parts[0]), int(parts[1])
 
     def record(self) -> dict:
-        """The configuration as recorded in config.json (the hook only when set, so that folders
-        written before it existed still match)."""
+        """The configuration as recorded in config.json (the hook only when set, the placement only
+        when not 'tff', so that folders written before they existed still match)."""
         record = dataclasses.asdict(self)
         if not self.inject_nan_client:
             record.pop("inject_nan_client")
+        if self.client_placement == "tff":
+            record.pop("client_placement")
         return record
 
 
@@ -209,12 +216,12 @@ def select_clients(num_clients: int, per_round: int, seed: int, round_num: int) 
     return sorted(np.random.default_rng([seed, round_num]).choice(num_clients, per_round, replace=False).tolist())
 
 
-def _process_for(method: Method, data_type, n_max: int, seed: int, processes: dict | None):
+def _process_for(method: Method, data_type, n_max: int, seed: int, processes: dict | None, client_placement: str = "tff"):
     """The method's process for this data type: built, or reused from `processes`."""
-    key = (json.dumps(method.record(), sort_keys=True, default=str), n_max, seed)
+    key = (json.dumps(method.record(), sort_keys=True, default=str), n_max, seed, client_placement)
     if processes is not None and key in processes:
         return processes[key]
-    built = epfl_remnet.build_process(method.config, data_type, method.local, seed=seed)
+    built = epfl_remnet.build_process(method.config, data_type, method.local, seed=seed, client_placement=client_placement)
     if processes is not None:
         processes[key] = built
     return built
@@ -273,7 +280,7 @@ def run_experiment(
 
     data, n_max = padded_client_data(scenario, pad_to)
     data_type = epfl_remnet.client_data_type(n_max, scenario.num_features, scenario.num_outputs)
-    process, layout = _process_for(method, data_type, n_max, run.seed, processes)
+    process, layout = _process_for(method, data_type, n_max, run.seed, processes, run.client_placement)
     store = ClientStateStore({i: epfl_remnet.initial_client_state(method.config, layout, seed=run.seed * 1000 + i) for i in range(len(data))})
     server_state = process.initialize()
     evaluate = Evaluator(method.local, layout, scenario)
