@@ -113,6 +113,24 @@ def run_federated(fn, addresses: list[str], flag: str = "workers"):
         context.__exit__(None, None, None)
 
 
+def privacy_runner(child_runs, child_command, concurrent: bool, overwrite: bool):
+    """(children, local runtime, run_fn) for a table or front of privacy runs: with `concurrent`,
+    each run is a child process (`child_runs(child_command)`, a `privacy_table.ChildRuns`, stopped
+    on SIGTERM and SIGHUP too) and there is no local runtime; else the runs go one after another in
+    this process on a local TFF runtime, each folder cleared on its first call if `overwrite`."""
+    import functools
+
+    from tff_radiomap import runtime
+    from tff_radiomap.experiments import privacy_radiomap, privacy_table
+
+    if concurrent:
+        children = child_runs(child_command)
+        privacy_table.ChildRuns.exit_on_signals()
+        return children, None, children
+    run_fn = privacy_table.overwrite_once(functools.partial(privacy_radiomap.run, progress=True), overwrite)
+    return None, runtime.install_local_context(), run_fn
+
+
 def run_privacy_runs(fn, children, local, root: str, output_dir: str):
     """Runs `fn` (a table or front of privacy runs) and turns its failures into exits: a folder of
     another run, bad data or a data set too small for the attack exit 2 naming it, failed runs exit

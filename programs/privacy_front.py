@@ -128,16 +128,8 @@ def main(argv):
     common.require_writable_dir(FLAGS.output_dir, "output_dir")
     base = base_config(root, settings)
 
-    from tff_radiomap import runtime
-
     runs = privacy_front.grid(base, FLAGS.methods, _nus(), _seeds(), FLAGS.output_dir)
-    if FLAGS.jobs > 1 and len(runs) > 1:
-        children = ChildRuns(functools.partial(child_command, data_root=root))
-        ChildRuns.exit_on_signals()  # Stop the children (below) on SIGTERM and SIGHUP too.
-        run_fn, local = children, None
-    else:
-        children, local = None, runtime.install_local_context()
-        run_fn = privacy_table.overwrite_once(functools.partial(experiment.run, progress=True), FLAGS.overwrite)
+    children, local, run_fn = common.privacy_runner(ChildRuns, functools.partial(child_command, data_root=root), FLAGS.jobs > 1 and len(runs) > 1, FLAGS.overwrite)
 
     def front():
         return privacy_front.run_front(

@@ -78,20 +78,13 @@ def main(argv):
     except ValueError as exc:
         common.fail(str(exc))
 
-    from tff_radiomap import runtime
 
     seeds = [int(s) for s in FLAGS.seeds]
 
     def floors(config):
         return privacy_table.mse_floors(experiment.load_data(config))
 
-    if FLAGS.jobs > 1 and len(FLAGS.methods) * len(seeds) > 1:
-        children = ChildRuns(functools.partial(child_command, data_root=root))
-        ChildRuns.exit_on_signals()  # Stop the children (below) on SIGTERM and SIGHUP too.
-        run_fn, local = children, None
-    else:
-        children, local = None, runtime.install_local_context()
-        run_fn = privacy_table.overwrite_once(functools.partial(experiment.run, progress=True), FLAGS.overwrite)
+    children, local, run_fn = common.privacy_runner(ChildRuns, functools.partial(child_command, data_root=root), FLAGS.jobs > 1 and len(FLAGS.methods) * len(seeds) > 1, FLAGS.overwrite)
 
     def table():
         return privacy_table.run_table(base, FLAGS.methods, seeds, FLAGS.output_dir, run_fn=run_fn, floors_fn=floors, jobs=FLAGS.jobs if children else 1)

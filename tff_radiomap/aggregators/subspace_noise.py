@@ -107,12 +107,8 @@ class SubspaceNoiseFactory(ClientPerturbationFactory):
 
     def whiten(self, flat, weights):
         """w_r u + V ((w_col - w_r) * V^T u): each block scaled by its weight, the residual by its own."""
-        basis = self._eager_basis()  # Outside TFF only: the observer's view.
         u = tf.concat([tf.reshape(c, [-1]) for c in flat], 0)
-        w_col = tf.gather(weights, self.groups.block_of_column())
-        w_r = weights[-1]
-        out = w_r * u + tf.linalg.matvec(basis, (w_col - w_r) * tf.linalg.matvec(basis, u, transpose_a=True))
-        return self._unflatten(out, flat)
+        return self._unflatten(self.whiten_batch(u[None], weights)[0], flat)
 
     # -- batched, outside TFF: the attack privatizes thousands of uploads -----------------------
     def privatize_batch(self, uploads, seeds=None):
