@@ -115,3 +115,15 @@ def test_shadowed_side_of_a_street_corner_is_weaker_than_the_lit_side():
     gain = synthetic.MapPropagation(b).gain_db((60, 20))
     lit, shadow = gain[60, 70], gain[20, 60]
     assert lit > -120 and shadow < lit
+
+
+def test_path_through_one_more_corner_equals_the_broadcast_minimum():
+    rng = np.random.default_rng(0)
+    reach = rng.uniform(1, 100, size=(7, 9, 9)).astype(np.float32)
+    reach[rng.random(reach.shape) < 0.3] = np.inf  # Hidden pixels.
+    to_corner = rng.uniform(0, 50, size=7)
+    live = np.array([1, 0, 1, 1, 0, 1, 1], bool)
+    expected = np.min(to_corner[live, None, None] + reach[live], axis=0)
+    got = synthetic._min_over_corners(to_corner, reach, np.flatnonzero(live))
+    assert got.dtype == expected.dtype == np.float64
+    np.testing.assert_array_equal(got, expected)

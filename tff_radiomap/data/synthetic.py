@@ -239,7 +239,7 @@ class MapPropagation:
             for k in range(1, cfg.max_diffractions + 1):
                 if not live.any():
                     break
-                routed = np.min(to_corner[live, None, None] + self.reach[live], axis=0)
+                routed = _min_over_corners(to_corner, self.reach, np.flatnonzero(live))
                 routed_loss = encoding.free_space_loss_db(np.maximum(routed, 1.0), cfg.frequency_hz)
                 loss = np.minimum(loss, routed_loss + k * cfg.corner_loss_db)
                 nxt = np.min(to_corner[live, None] + self.corner_to_corner[live], axis=0)
@@ -249,6 +249,18 @@ class MapPropagation:
         gain = -loss
         gain[self.buildings] = -np.inf  # Floor value inside buildings, as in RadioMapSeer.
         return gain
+
+
+def _min_over_corners(to_corner: np.ndarray, reach: np.ndarray, corners: np.ndarray) -> np.ndarray:
+    """min over c in `corners` of to_corner[c] + reach[c] (float64): the shortest path through one
+    more corner. One corner at a time, in place: the same values as the [C, size, size] broadcast,
+    without its temporaries."""
+    out = np.add(reach[corners[0]], to_corner[corners[0]], dtype=np.float64)
+    path = np.empty_like(out)
+    for c in corners[1:]:
+        np.add(reach[c], to_corner[c], out=path, dtype=np.float64)
+        np.minimum(out, path, out=out)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
