@@ -5,7 +5,8 @@ r"""Every run behind EPFL-REMNet's tables and figures, then the tables (CSV + Ma
 
 Per test split (random, block), seed (0, 1, 2) and scenario (light, medium, heavy): EPFL-REMNet,
 FedAvg, pFedGP, FedRep, Ditto and uncompressed personalized FL (= FedPer); on the block split
-also the five ablations and the (k_fraction x R) Pareto grid. All on the stacked clients
+of the heavy scenario (--detail_splits, --detail_scenarios) also the five ablations and the
+(k_fraction x R) Pareto grid. All on the stacked clients
 (`tff_radiomap.learning.epfl_stacked`, equal to the TFF process to float tolerance). Every
 hyperparameter default and the round budget were chosen on validation pixels by `--tune`
 (`tff_radiomap.experiments.remnet_tuning`; bench/RESULTS.md). Runs are resumable (each in
@@ -40,11 +41,11 @@ flags.DEFINE_integer("rounds", ROUND_BUDGET, "Communication rounds of every run 
 flags.DEFINE_integer("clients_per_round", 90, "Clients trained per round (of 90).")
 flags.DEFINE_integer("eval_every", 5, "Evaluate every this many rounds (and after the last).")
 flags.DEFINE_list("scenarios", ["light", "medium", "heavy"], "Scenarios to run.")
-flags.DEFINE_list("test_splits", ["random", "block"], "How test (and validation) pixels are held out in each client's cell: random | block.")
+flags.DEFINE_list("test_splits", ["block", "random"], "How test (and validation) pixels are held out in each client's cell: random | block.")
 flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds (each: data split, initial model, shuffles).")
 flags.DEFINE_list("methods", list(remnet_tables.MAIN_METHODS), "Methods of the main table.")
 flags.DEFINE_list("detail_splits", ["block"], "Splits on which the ablations and the Pareto grid run (may be empty).")
-flags.DEFINE_list("detail_scenarios", ["light", "medium", "heavy"], "Scenarios on which the ablations and the Pareto grid run (may be empty).")
+flags.DEFINE_list("detail_scenarios", ["heavy"], "Scenarios on which the ablations and the Pareto grid run (may be empty).")
 flags.DEFINE_integer("rem_size", 256, "Map side of the built-in synthetic REM set (512: about 4x the pixels per client).")
 flags.DEFINE_bool("tune", False, "Run the validation sweep (remnet_tuning.GRID) on --tune_scenario, block split, seed 0, and write tuning.csv/md; no tables.")
 flags.DEFINE_string("tune_scenario", "heavy", "Scenario of the validation sweep.")

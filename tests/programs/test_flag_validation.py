@@ -101,7 +101,9 @@ CASES = {
         (["--data_root=" + MISSING], f"--data_root='{MISSING}': expected an existing folder"),
         (["--data_root={flat}"], "it lacks png/buildings_complete/"),
         (["--out={unwritable}"], "--out='{unwritable}': cannot create the folder"),
-        (["--client_placement=gpu"], "--client_placement=gpu: value should be one of <tff|in_process>"),
+        (["--client_placement=gpu"], "--client_placement=gpu: value should be one of <tff|in_process|stacked>"),
+        (["--method=fedrep"], "--method='fedrep': expected --client_placement=stacked for FedRep and Ditto"),
+        (["--test_split=diagonal"], "--test_split='diagonal': expected one of"),
     ],
     "remnet_tables": [
         (["--pareto_k=0"], "--pareto_k='0': expected fractions in (0, 1]"),

@@ -260,12 +260,17 @@ class StackedProcess:
         self.shapes = dict(zip(self.layout.shared_keys, (v.shape for v in self.layout.initial_shared)))
         self._rounds = {sync: tf.function(lambda *a, sync=sync: self._round(*a, sync=sync), autograph=False) for sync in (False, True)}
 
-    def initial_state(self, num_clients: int, client_seeds) -> dict:
+    def initial_state(self, num_clients: int, client_seeds, model_seed: int | None = None) -> dict:
+        """Every client starts from the common initial model of `model_seed` (default: the seed
+        the process was built with; the traced round does not depend on it, so one process
+        serves every seed)."""
+
         def stack(values):
             return {k: np.repeat(v[None], num_clients, 0) for k, v in values}
 
-        shared = dict(zip(self.layout.shared_keys, self.layout.initial_shared))
-        state = {"shared": shared, "private": stack(zip(self.stacked.private_keys, self.stacked.initial_private()))}
+        stacked = self.stacked if model_seed is None else stacked_layout(self.config, self.local, model_seed)
+        shared = dict(zip(stacked.layout.shared_keys, stacked.layout.initial_shared))
+        state = {"shared": shared, "private": stack(zip(stacked.private_keys, stacked.initial_private()))}
         if self.config.ema_decay > 0:
             state["ema"] = dict(shared)
         if self.config.k_fraction is not None:

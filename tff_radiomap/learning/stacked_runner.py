@@ -73,11 +73,12 @@ def _load(path, template):
         return state, json.loads(str(arrays["meta"]))
 
 
-def _process_for(method: rem_runner.Method, seed: int, processes: dict | None) -> epfl_stacked.StackedProcess:
-    key = (json.dumps(method.record(), sort_keys=True, default=str), seed)
+def _process_for(method: rem_runner.Method, processes: dict | None) -> epfl_stacked.StackedProcess:
+    """The method's process, built or reused from `processes` (one trace serves every seed)."""
+    key = json.dumps(method.record(), sort_keys=True, default=str)
     if processes is not None and key in processes:
         return processes[key]
-    built = epfl_stacked.StackedProcess(method.config, method.local, seed)
+    built = epfl_stacked.StackedProcess(method.config, method.local)
     if processes is not None:
         processes[key] = built
     return built
@@ -93,8 +94,8 @@ def run_stacked(run_dir: str, scenario: RemScenario, method: rem_runner.Method, 
         with open(final_path) as f:
             return json.load(f)
     data = stacked_data(scenario, pad_to)
-    process = _process_for(method, run.seed, processes)
-    state = process.initial_state(len(scenario.clients), [run.seed * 1000 + i for i in range(len(scenario.clients))])
+    process = _process_for(method, processes)
+    state = process.initial_state(len(scenario.clients), [run.seed * 1000 + i for i in range(len(scenario.clients))], model_seed=run.seed)
     evaluate = StackedEvaluator(process, scenario, data)
     csv_path, ckpt_path = os.path.join(run_dir, "metrics.csv"), os.path.join(run_dir, "checkpoint.npz")
     meta = {"round": -1, "cum_uplink_bytes": 0, "wall_s": 0.0}
