@@ -47,6 +47,7 @@ flags.DEFINE_list("methods", list(remnet_tables.MAIN_METHODS), "Methods of the m
 flags.DEFINE_list("detail_splits", ["block"], "Splits on which the ablations and the Pareto grid run (may be empty).")
 flags.DEFINE_list("detail_scenarios", ["heavy"], "Scenarios on which the ablations and the Pareto grid run (may be empty).")
 flags.DEFINE_integer("rem_size", 256, "Map side of the built-in synthetic REM set (512: about 4x the pixels per client).")
+flags.DEFINE_bool("report_only", False, "Only write the tables and figures of the runs already finished in --out (no training); a partial table says how many seeds stand behind each row.")
 flags.DEFINE_bool("tune", False, "Run the validation sweep (remnet_tuning.GRID) on --tune_scenario, block split, seed 0, and write tuning.csv/md; no tables.")
 flags.DEFINE_string("tune_scenario", "heavy", "Scenario of the validation sweep.")
 flags.DEFINE_integer("tune_rounds", 40, "Rounds of each sweep run.")
@@ -131,7 +132,10 @@ def main(argv):
     try:
         if FLAGS.tune:
             return common.supervised(lambda: tune(config), runtime.install_local_context())
-        results = common.supervised(lambda: remnet_tables.run_all(config, FLAGS.out), runtime.install_local_context())
+        if FLAGS.report_only:
+            results = remnet_tables.run_all(config, FLAGS.out, train=False)
+        else:
+            results = common.supervised(lambda: remnet_tables.run_all(config, FLAGS.out), runtime.install_local_context())
     except DataLayoutError as exc:
         common.fail(f"--data_root={FLAGS.data_root!r}: {exc}")
     except rem_runner.RunFolderConflict as exc:
@@ -139,6 +143,9 @@ def main(argv):
     tables = remnet_tables.build_tables(config, results)
     markdown = []
     for name, rows in tables.items():
+        if not rows:  # A partial run (--report_only) may not have reached these runs yet.
+            print(f"table {name}: no finished run behind it yet")
+            continue
         stem = os.path.join(FLAGS.out, name)
         remnet_tables.write_table(rows, stem, remnet_tables.TITLES[name])
         with open(stem + ".md") as f:
@@ -149,6 +156,8 @@ def main(argv):
         "program_wall_s": time.monotonic() - start,
         "training_wall_s": sum({r["run_dir"]: r["wall_s"] for r in results.values()}.values()),
         "runs": len({r["run_dir"] for r in results.values()}),
+        "planned_runs": len({p.key() for p in remnet_tables.plan(config)}),
+        "report_only": FLAGS.report_only,
         "figures": figures,
     }
     with open(os.path.join(FLAGS.out, "summary.json"), "w") as f:

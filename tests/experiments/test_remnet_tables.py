@@ -8,10 +8,11 @@ import pytest
 
 from tff_radiomap.experiments import remnet_figures, remnet_tables, remnet_tuning
 from tff_radiomap.learning import stacked_runner
+from tff_radiomap.learning.epfl_remnet import EpflRemnetConfig
 
 
 def _config(**overrides):
-    defaults = dict(scenarios=("light", "heavy"), seeds=(0, 1, 2), detail_scenarios=("heavy",), pareto_k_fractions=(0.01, 0.05), pareto_sync_periods=(1, 2))
+    defaults = dict(base=EpflRemnetConfig(k_fraction=0.05, sync_period=2), scenarios=("light", "heavy"), seeds=(0, 1, 2), detail_scenarios=("heavy",), pareto_k_fractions=(0.01, 0.05), pareto_sync_periods=(1, 2))
     return remnet_tables.TablesConfig(**{**defaults, **overrides})
 
 
@@ -100,3 +101,17 @@ def test_bad_config_is_refused():
         _config(main_methods=("epfl_remnet", "pfl_uncompressed"))
     with pytest.raises(ValueError, match="seeds"):
         _config(seeds=(0, 0))
+
+
+def test_report_only_reads_back_the_finished_runs(tmp_path):
+    import json
+
+    config = _config(scenarios=("heavy",), test_splits=("block",), seeds=(0, 1), detail_scenarios=())
+    runs = remnet_tables.plan(config)
+    finished = runs[0]
+    os.makedirs(finished.run_dir(str(tmp_path)))
+    with open(os.path.join(finished.run_dir(str(tmp_path)), "final.json"), "w") as f:
+        json.dump({"macro_rmse": 3.0}, f)
+    results = remnet_tables.run_all(config, str(tmp_path), train=False)
+    assert list(results) == [(finished.split, finished.seed, finished.scenario, finished.label)]
+    assert results[list(results)[0]]["macro_rmse"] == 3.0 and len(runs) == 2 * len(config.main_methods)

@@ -50,8 +50,8 @@ WORST_FRACTION = 0.1
 # Chosen on validation pixels only (heavy scenario, block split, seed 0; `remnet_tuning`,
 # bench/RESULTS.md "EPFL-REMNet under a validation split"): EPFL-REMNet's configuration, each
 # method's client learning rate, and the one round budget of every method.
-TUNED_BASE = EpflRemnetConfig(client_learning_rate=1e-3, k_fraction=0.05, sync_period=2, ema_decay=0.5)
-TUNED_LEARNING_RATES = (("fedavg", 1e-3), ("fedfly", 1e-3), ("pfedgp", 1e-3), ("fedrep", 1e-3), ("ditto", 1e-3), ("pfl_uncompressed", 1e-3))
+TUNED_BASE = EpflRemnetConfig(client_learning_rate=1e-2, k_fraction=0.02, sync_period=1, ema_decay=0.5)
+TUNED_LEARNING_RATES = (("fedavg", 1e-2), ("fedfly", 1e-2), ("pfedgp", 3e-3), ("fedrep", 1e-3), ("ditto", 3e-3), ("pfl_uncompressed", 1e-2))
 ROUND_BUDGET = 40
 
 
@@ -137,13 +137,22 @@ def plan(config: TablesConfig) -> list[PlannedRun]:
     return main + detail
 
 
-def run_all(config: TablesConfig, out_dir: str, log=print) -> dict[tuple, dict]:
+def run_all(config: TablesConfig, out_dir: str, log=print, train: bool = True) -> dict[tuple, dict]:
     """Runs (or reads back) every planned run; returns (split, seed, scenario, label) -> final
-    result (with its `run_dir`). A run whose configuration equals an earlier one's is not repeated."""
+    result (with its `run_dir`). A run whose configuration equals an earlier one's is not repeated.
+    `train=False` only reads back the finished runs (the tables of a partial run)."""
     results, by_key, processes, loaded = {}, {}, {}, {}
     for planned in plan(config):
         if planned.key() in by_key:
-            results[(planned.split, planned.seed, planned.scenario, planned.label)] = results[by_key[planned.key()]]
+            if by_key[planned.key()] in results:
+                results[(planned.split, planned.seed, planned.scenario, planned.label)] = results[by_key[planned.key()]]
+            continue
+        if not train:
+            final = os.path.join(planned.run_dir(out_dir), "final.json")
+            if os.path.exists(final):
+                with open(final) as f:
+                    results[(planned.split, planned.seed, planned.scenario, planned.label)] = dict(json.load(f), run_dir=planned.run_dir(out_dir))
+            by_key[planned.key()] = (planned.split, planned.seed, planned.scenario, planned.label)
             continue
         if (planned.split, planned.seed) not in loaded:
             data = dataclasses.replace(config.data, test_split=planned.split, seed=planned.seed)

@@ -32,7 +32,7 @@ GRID = {
     "epfl_remnet": [dict(client_learning_rate=lr, k_fraction=k, sync_period=r) for lr in LEARNING_RATES for k, r in ((0.05, 2), (0.02, 1))]
     + [dict(client_learning_rate=1e-3, k_fraction=0.05, sync_period=2, ema_decay=0.0), dict(client_learning_rate=3e-2, k_fraction=0.02, sync_period=1)],
     "fedrep": [dict(client_learning_rate=lr, head_epochs=h) for lr in LEARNING_RATES[:2] for h in (1, 2)],  # Body: local_epochs.
-    "ditto": [dict(client_learning_rate=1e-3, ditto_lambda=lam) for lam in (0.0, 0.001, 0.01, 0.1, 1.0)] + [dict(client_learning_rate=3e-3, ditto_lambda=0.01)],
+    "ditto": [dict(client_learning_rate=1e-3, ditto_lambda=lam) for lam in (0.0, 0.001, 0.01, 0.1, 1.0)] + [dict(client_learning_rate=3e-3, ditto_lambda=lam) for lam in (0.001, 0.01)],
 }
 FIELDS = ("client_learning_rate", "k_fraction", "sync_period", "ema_decay", "head_epochs", "ditto_lambda")
 
