@@ -19,6 +19,8 @@ boxplot.png and summary.json (configuration, wall time) to --out. FedFly is left
 import dataclasses
 import json
 import os
+import subprocess
+import sys
 import time
 
 from absl import app, flags
@@ -47,6 +49,8 @@ flags.DEFINE_list("methods", list(remnet_tables.MAIN_METHODS), "Methods of the m
 flags.DEFINE_list("detail_splits", ["block"], "Splits on which the ablations and the Pareto grid run (may be empty).")
 flags.DEFINE_list("detail_scenarios", ["heavy"], "Scenarios on which the ablations and the Pareto grid run (may be empty).")
 flags.DEFINE_integer("rem_size", 256, "Map side of the built-in synthetic REM set (512: about 4x the pixels per client).")
+flags.DEFINE_integer("jobs", 1, "Runs trained at a time, each in its own child process (an interleaved share of the runs); the tables are written once all are done.")
+flags.DEFINE_string("shard", "", "Internal (--jobs): I/N trains only the I-th of N shares and writes no tables.")
 flags.DEFINE_bool("report_only", False, "Only write the tables and figures of the runs already finished in --out (no training); a partial table says how many seeds stand behind each row.")
 flags.DEFINE_bool("tune", False, "Run the validation sweep (remnet_tuning.GRID) on --tune_scenario, block split, seed 0, and write tuning.csv/md; no tables.")
 flags.DEFINE_string("tune_scenario", "heavy", "Scenario of the validation sweep.")
@@ -82,6 +86,9 @@ def tables_config():
     common.require(FLAGS.rounds >= 1, "rounds", FLAGS.rounds, "an integer >= 1")
     common.require(1 <= FLAGS.clients_per_round <= 90, "clients_per_round", FLAGS.clients_per_round, "an integer in 1..90")
     common.require(FLAGS.eval_every >= 1, "eval_every", FLAGS.eval_every, "an integer >= 1")
+    common.require(FLAGS.jobs >= 1, "jobs", FLAGS.jobs, "an integer >= 1")
+    shard = FLAGS.shard.split("/") if FLAGS.shard else ["0", "1"]
+    common.require(len(shard) == 2 and all(v.isdigit() for v in shard) and int(shard[0]) < int(shard[1]), "shard", FLAGS.shard, "I/N with 0 <= I < N")
     common.require(FLAGS.tune_rounds >= 5, "tune_rounds", FLAGS.tune_rounds, "an integer >= 5")
     common.require(FLAGS.tune_scenario in rem_points.SCENARIOS, "tune_scenario", FLAGS.tune_scenario, f"one of {rem_points.SCENARIOS}")
     scenarios = _subset("scenarios", rem_points.SCENARIOS)
@@ -120,6 +127,15 @@ def tune(config) -> None:
     print(f"chosen: {chosen}; round budget (every chosen method within 2% of its best validation RMSE): {budget}")
 
 
+def _run_children(jobs: int) -> None:
+    """--jobs: this program once per share (--shard=I/N), all at once; exit 1 if one fails."""
+    args = [a for a in sys.argv[1:] if not a.startswith(("--jobs", "--shard", "--overwrite", "--nooverwrite"))]
+    children = [subprocess.Popen([sys.executable, "-m", "programs.remnet_tables", *args, "--jobs=1", f"--shard={i}/{jobs}"]) for i in range(jobs)]
+    codes = [child.wait() for child in children]
+    if any(codes):
+        common.fail(f"--jobs={jobs}: shard exit codes {codes}; finished runs are kept, run the same command again to resume", code=1)
+
+
 def main(argv):
     common.reject_extra_args(argv)
     config = tables_config()
@@ -132,7 +148,12 @@ def main(argv):
     try:
         if FLAGS.tune:
             return common.supervised(lambda: tune(config), runtime.install_local_context())
-        if FLAGS.report_only:
+        if FLAGS.shard:
+            shard = tuple(int(v) for v in FLAGS.shard.split("/"))
+            return common.supervised(lambda: remnet_tables.run_all(config, FLAGS.out, shard=shard), runtime.install_local_context())
+        if FLAGS.jobs > 1 and not FLAGS.report_only:
+            _run_children(FLAGS.jobs)
+        if FLAGS.report_only or FLAGS.jobs > 1:
             results = remnet_tables.run_all(config, FLAGS.out, train=False)
         else:
             results = common.supervised(lambda: remnet_tables.run_all(config, FLAGS.out), runtime.install_local_context())

@@ -115,3 +115,10 @@ def test_report_only_reads_back_the_finished_runs(tmp_path):
     results = remnet_tables.run_all(config, str(tmp_path), train=False)
     assert list(results) == [(finished.split, finished.seed, finished.scenario, finished.label)]
     assert results[list(results)[0]]["macro_rmse"] == 3.0 and len(runs) == 2 * len(config.main_methods)
+
+
+def test_shards_partition_the_distinct_runs():
+    config = _config()
+    shards = [remnet_tables.shard_of(config, (i, 3)) for i in range(3)]
+    keys = {p.key() for p in remnet_tables.plan(config)}
+    assert set().union(*shards) == keys and sum(len(s) for s in shards) == len(keys)

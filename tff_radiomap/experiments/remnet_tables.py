@@ -137,12 +137,22 @@ def plan(config: TablesConfig) -> list[PlannedRun]:
     return main + detail
 
 
-def run_all(config: TablesConfig, out_dir: str, log=print, train: bool = True) -> dict[tuple, dict]:
+def shard_of(config: TablesConfig, shard: tuple[int, int]) -> set[str]:
+    """Keys of the distinct planned runs of shard (i, n): every n-th, starting at the i-th."""
+    keys = list(dict.fromkeys(p.key() for p in plan(config)))
+    return set(keys[shard[0] :: shard[1]])
+
+
+def run_all(config: TablesConfig, out_dir: str, log=print, train: bool = True, shard: tuple[int, int] = (0, 1)) -> dict[tuple, dict]:
     """Runs (or reads back) every planned run; returns (split, seed, scenario, label) -> final
     result (with its `run_dir`). A run whose configuration equals an earlier one's is not repeated.
-    `train=False` only reads back the finished runs (the tables of a partial run)."""
+    `train=False` only reads back the finished runs (the tables of a partial run); `shard` (i, n)
+    trains only the i-th of n interleaved shares of the distinct runs (`--jobs`)."""
     results, by_key, processes, loaded = {}, {}, {}, {}
+    mine = shard_of(config, shard) if shard != (0, 1) else None
     for planned in plan(config):
+        if mine is not None and planned.key() not in mine:
+            continue
         if planned.key() in by_key:
             if by_key[planned.key()] in results:
                 results[(planned.split, planned.seed, planned.scenario, planned.label)] = results[by_key[planned.key()]]
