@@ -122,3 +122,10 @@ def test_shards_partition_the_distinct_runs():
     shards = [remnet_tables.shard_of(config, (i, 3)) for i in range(3)]
     keys = {p.key() for p in remnet_tables.plan(config)}
     assert set().union(*shards) == keys and sum(len(s) for s in shards) == len(keys)
+
+
+def test_an_ablation_equal_to_the_full_method_gets_no_row(tmp_path):
+    config = _config(base=EpflRemnetConfig(k_fraction=0.05, sync_period=1))  # R = 1: "w/o periodic sync" is Full.
+    tables = remnet_tables.build_tables(config, _fake_results(tmp_path, config))
+    variants = [r["variant"] for r in tables["ablation"] if r["split"] == "block"]
+    assert "w/o periodic sync" not in variants and "w/o Top-K" in variants and "Full" in variants

@@ -243,6 +243,8 @@ def build_tables(config: TablesConfig, results: dict[tuple, dict]) -> dict[str, 
 
 def _detail_rows(config, results, split, s, full, tables) -> None:
     for name in remnet_methods.ABLATIONS + ("epfl_remnet",):
+        if name != "epfl_remnet" and config.method(name).config == config.method("epfl_remnet").config:
+            continue  # The tuned configuration already lacks this component (e.g. R = 1: no periodic sync).
         per_seed = _over_seeds(config, results, split, s, name)
         if not per_seed:
             continue
