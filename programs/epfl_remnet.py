@@ -30,13 +30,15 @@ from programs import common  # noqa: E402
 from tff_radiomap.data import rem_points  # noqa: E402
 from tff_radiomap.data.radiomapseer import DataLayoutError  # noqa: E402
 from tff_radiomap.experiments import remnet_figures  # noqa: E402
-from tff_radiomap.learning import rem_runner  # noqa: E402
+from tff_radiomap.learning import rem_runner, stacked_runner  # noqa: E402
 from tff_radiomap.learning.epfl_remnet import EpflRemnetConfig  # noqa: E402
 from tff_radiomap.models.remnet import RemNetConfig  # noqa: E402
+from tff_radiomap.runtime import run_folder  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("scenario", "heavy", "light | medium | heavy.")
-flags.DEFINE_string("method", "epfl_remnet", "epfl_remnet, a baseline (fedavg, fedfly, pfedgp, pfl_uncompressed) or an ablation (no_split_head, no_sync, no_top_k, no_quantization, no_ema).")
+flags.DEFINE_string("method", "epfl_remnet", "epfl_remnet, a baseline (fedavg, fedfly, pfedgp, pfl_uncompressed, fedrep, ditto; the last two with --client_placement=stacked) or an ablation (no_split_head, no_sync, no_top_k, no_quantization, no_ema).")
+flags.DEFINE_string("test_split", "random", "How each client's validation and test pixels are held out: random | block (whole spatial blocks of its cell).")
 flags.DEFINE_integer("rounds", 30, "Communication rounds.")
 flags.DEFINE_integer("clients_per_round", 90, "Clients trained per round (of 90).")
 flags.DEFINE_integer("local_epochs", 2, "Local epochs E.")
@@ -55,9 +57,10 @@ flags.DEFINE_integer("checkpoint_every", 5, "Save server and client states every
 flags.DEFINE_string("out", "runs/epfl_remnet", "Output folder.")
 flags.DEFINE_string("workers", "", "host:port,... of TFF workers (python -m programs.start_worker) to split each round's clients across; default: one local worker.")
 flags.DEFINE_enum(
-    "client_placement", "tff", ["tff", "in_process"],
+    "client_placement", "tff", ["tff", "in_process", "stacked"],
     "Where the clients train: tff (the TFF worker, CPU) or in_process (this Python process, on a GPU if TensorFlow sees one); "
-    "Top-K, quantization, aggregation and the server update are TFF computations either way. Same metrics to float tolerance.",
+    "Top-K, quantization, aggregation and the server update are TFF computations either way. stacked: every client at once "
+    "in one tf.function (epfl_stacked; what remnet_tables uses; no --workers, no --inject_nan_client). Same metrics to float tolerance.",
 )
 flags.DEFINE_bool("overwrite", False, "Delete the results already in --out/{scenario}/{method} (of any configuration) and start afresh.")
 flags.DEFINE_string("inject_nan_client", "", "Test hook: ROUND:CLIENT (0-based, as in metrics.csv) gives client CLIENT NaN inputs in round ROUND; its round must be dropped and counted in nonfinite_updates.")
@@ -66,6 +69,10 @@ flags.DEFINE_string("inject_nan_client", "", "Test hook: ROUND:CLIENT (0-based, 
 def validate() -> None:
     common.require(FLAGS.scenario in rem_points.SCENARIOS, "scenario", FLAGS.scenario, f"one of {rem_points.SCENARIOS}")
     common.require(FLAGS.method in remnet_methods.METHODS, "method", FLAGS.method, f"one of {remnet_methods.METHODS}")
+    common.require(FLAGS.test_split in rem_points.TEST_SPLITS, "test_split", FLAGS.test_split, f"one of {rem_points.TEST_SPLITS}")
+    stacked_only = FLAGS.method in remnet_methods.STACKED_ONLY
+    common.require(not stacked_only or FLAGS.client_placement == "stacked", "method", FLAGS.method, "--client_placement=stacked for FedRep and Ditto")
+    common.require(FLAGS.client_placement != "stacked" or not (FLAGS.workers or FLAGS.inject_nan_client), "client_placement", "stacked", "no --workers and no --inject_nan_client with it")
     common.require(FLAGS.rounds >= 1, "rounds", FLAGS.rounds, "an integer >= 1")
     common.require(1 <= FLAGS.clients_per_round <= 90, "clients_per_round", FLAGS.clients_per_round, "an integer in 1..90")
     common.require(FLAGS.local_epochs >= 1, "local_epochs", FLAGS.local_epochs, "an integer >= 1")
@@ -107,7 +114,7 @@ def base_config():
 def main(argv):
     common.reject_extra_args(argv)
     validate()
-    data = rem_points.RemPointsConfig(root=FLAGS.data_root, map_id=FLAGS.map_id, seed=FLAGS.seed)
+    data = rem_points.RemPointsConfig(root=FLAGS.data_root, map_id=FLAGS.map_id, seed=FLAGS.seed, test_split=FLAGS.test_split)
     try:
         scenario = rem_points.load_scenarios(data, (FLAGS.scenario,))[FLAGS.scenario]
     except (DataLayoutError, ValueError) as exc:
@@ -115,7 +122,8 @@ def main(argv):
     method = remnet_methods.method(FLAGS.method, base_config())
     run = rem_runner.RunConfig(
         rounds=FLAGS.rounds, clients_per_round=FLAGS.clients_per_round, eval_every=FLAGS.eval_every, seed=FLAGS.seed,
-        checkpoint_every=FLAGS.checkpoint_every, inject_nan_client=FLAGS.inject_nan_client, client_placement=FLAGS.client_placement,
+        checkpoint_every=FLAGS.checkpoint_every, inject_nan_client=FLAGS.inject_nan_client,
+        client_placement="tff" if FLAGS.client_placement == "stacked" else FLAGS.client_placement,
     )
     run_dir = os.path.join(FLAGS.out, FLAGS.scenario, FLAGS.method)
     common.require_writable_dir(run_dir, "out")
@@ -125,6 +133,10 @@ def main(argv):
     def train():
         nonlocal overwrite
         clear, overwrite = overwrite, False  # Once: a resume after a worker restart keeps the checkpoint.
+        if FLAGS.client_placement == "stacked":
+            if clear:
+                run_folder.clear(run_dir, rem_runner.RUN_FILES)
+            return stacked_runner.run_stacked(run_dir, scenario, method, run)
         return rem_runner.run_experiment(run_dir, scenario, method, run, overwrite=clear)
 
     try:

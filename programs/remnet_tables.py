@@ -1,21 +1,26 @@
 r"""Every run behind EPFL-REMNet's tables and figures, then the tables (CSV + Markdown) and PNGs.
 
-  python -m programs.remnet_tables --out=runs/remnet_tables
+  python -m programs.remnet_tables --out=bench/remnet_tables
+  python -m programs.remnet_tables --tune --out=bench/remnet_tables   # the validation sweep
 
-For each scenario (light, medium, heavy): EPFL-REMNet, FedAvg, FedFly, pFedGP, uncompressed
-personalized FL, the five ablations and the (k_fraction x R) Pareto grid. Runs are resumable
-(each in --out/runs/{scenario}/{label}); rerunning the program skips finished runs and redoes
-only the tables.
-
-CPU default (a 2-core machine, well under an hour): 20 rounds instead of the paper's longer
-training, all 90 clients every round, the grid k_fraction in {0.01, 0.05, 0.2} x R in {1, 2}.
-Writes main, per_bs, ablation, pareto and checks tables, convergence.png, pareto.png,
-boxplot.png and summary.json (configuration, wall time) to --out.
+Per test split (random, block), seed (0, 1, 2) and scenario (light, medium, heavy): EPFL-REMNet,
+FedAvg, pFedGP, FedRep, Ditto and uncompressed personalized FL (= FedPer); on the block split
+of the heavy scenario (--detail_splits, --detail_scenarios) also the five ablations and the
+(k_fraction x R) Pareto grid. All on the stacked clients
+(`tff_radiomap.learning.epfl_stacked`, equal to the TFF process to float tolerance). Every
+hyperparameter default and the round budget were chosen on validation pixels by `--tune`
+(`tff_radiomap.experiments.remnet_tuning`; bench/RESULTS.md). Runs are resumable (each in
+--out/runs/{split}/seed{S}/{scenario}/{label}); rerunning skips finished runs and redoes only the
+tables. Writes main, per_bs, ablation, pareto and checks tables, convergence.png, pareto.png,
+boxplot.png and summary.json (configuration, wall time) to --out. FedFly is left out by default
+(its training equals FedAvg's; --methods can add it).
 """
 
 import dataclasses
 import json
 import os
+import subprocess
+import sys
 import time
 
 from absl import app, flags
@@ -26,21 +31,34 @@ from programs import common
 from tff_radiomap import runtime
 from tff_radiomap.data import rem_points
 from tff_radiomap.data.radiomapseer import DataLayoutError
-from tff_radiomap.experiments import remnet_figures, remnet_tables
+from baselines import remnet_methods
+from tff_radiomap.experiments import remnet_figures, remnet_tables, remnet_tuning
 from tff_radiomap.learning import rem_runner
 from tff_radiomap.runtime import run_folder
 
 FLAGS = flags.FLAGS
+ROUND_BUDGET = remnet_tables.ROUND_BUDGET
 flags.DEFINE_string("out", "runs/remnet_tables", "Output folder.")
-flags.DEFINE_integer("rounds", 20, "Communication rounds of every run.")
+flags.DEFINE_integer("rounds", ROUND_BUDGET, "Communication rounds of every run (the same for all methods; chosen on validation curves).")
 flags.DEFINE_integer("clients_per_round", 90, "Clients trained per round (of 90).")
 flags.DEFINE_integer("eval_every", 5, "Evaluate every this many rounds (and after the last).")
 flags.DEFINE_list("scenarios", ["light", "medium", "heavy"], "Scenarios to run.")
+flags.DEFINE_list("test_splits", ["block", "random"], "How test (and validation) pixels are held out in each client's cell: random | block.")
+flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds (each: data split, initial model, shuffles).")
+flags.DEFINE_list("methods", list(remnet_tables.MAIN_METHODS), "Methods of the main table.")
+flags.DEFINE_list("detail_splits", ["block"], "Splits on which the ablations and the Pareto grid run (may be empty).")
+flags.DEFINE_list("detail_scenarios", ["heavy"], "Scenarios on which the ablations and the Pareto grid run (may be empty).")
+flags.DEFINE_integer("rem_size", 256, "Map side of the built-in synthetic REM set (512: about 4x the pixels per client).")
+flags.DEFINE_integer("jobs", 1, "Runs trained at a time, each in its own child process (an interleaved share of the runs); the tables are written once all are done.")
+flags.DEFINE_string("shard", "", "Internal (--jobs): I/N trains only the I-th of N shares and writes no tables.")
+flags.DEFINE_bool("report_only", False, "Only write the tables and figures of the runs already finished in --out (no training); a partial table says how many seeds stand behind each row.")
+flags.DEFINE_bool("tune", False, "Run the validation sweep (remnet_tuning.GRID) on --tune_scenario, block split, seed 0, and write tuning.csv/md; no tables.")
+flags.DEFINE_string("tune_scenario", "heavy", "Scenario of the validation sweep.")
+flags.DEFINE_integer("tune_rounds", 40, "Rounds of each sweep run.")
 flags.DEFINE_list("pareto_k", ["0.01", "0.05", "0.2"], "k_fraction values of the Pareto grid.")
 flags.DEFINE_list("pareto_r", ["1", "2"], "Sync periods R of the Pareto grid.")
 flags.DEFINE_string("data_root", None, "RadioMapSeer-layout folder; default: the built-in synthetic REM set.")
 flags.DEFINE_integer("map_id", 0, "Map of --data_root whose transmitters 0..3 are the base stations.")
-flags.DEFINE_integer("seed", 0, "Seed of initial models, shuffles and data splits.")
 flags.DEFINE_bool("overwrite", False, "Delete the results of every planned run in --out (of any configuration) and run them afresh.")
 
 
@@ -58,22 +76,64 @@ def _ints(values, flag):
     return tuple(int(v) for v in values)
 
 
+def _subset(flag, allowed, allow_empty=False):
+    values = tuple(v for v in getattr(FLAGS, flag) if v)
+    common.require((values or allow_empty) and set(values) <= set(allowed), flag, ",".join(values), f"a subset of {tuple(allowed)}")
+    return values
+
+
 def tables_config():
     common.require(FLAGS.rounds >= 1, "rounds", FLAGS.rounds, "an integer >= 1")
     common.require(1 <= FLAGS.clients_per_round <= 90, "clients_per_round", FLAGS.clients_per_round, "an integer in 1..90")
     common.require(FLAGS.eval_every >= 1, "eval_every", FLAGS.eval_every, "an integer >= 1")
-    scenarios = tuple(FLAGS.scenarios)
-    common.require(scenarios and set(scenarios) <= set(rem_points.SCENARIOS), "scenarios", ",".join(scenarios), f"a subset of {rem_points.SCENARIOS}")
-    common.require(FLAGS.seed >= 0, "seed", FLAGS.seed, "an integer >= 0")
+    common.require(FLAGS.jobs >= 1, "jobs", FLAGS.jobs, "an integer >= 1")
+    shard = FLAGS.shard.split("/") if FLAGS.shard else ["0", "1"]
+    common.require(len(shard) == 2 and all(v.isdigit() for v in shard) and int(shard[0]) < int(shard[1]), "shard", FLAGS.shard, "I/N with 0 <= I < N")
+    common.require(FLAGS.tune_rounds >= 5, "tune_rounds", FLAGS.tune_rounds, "an integer >= 5")
+    common.require(FLAGS.tune_scenario in rem_points.SCENARIOS, "tune_scenario", FLAGS.tune_scenario, f"one of {rem_points.SCENARIOS}")
+    scenarios = _subset("scenarios", rem_points.SCENARIOS)
+    splits = _subset("test_splits", rem_points.TEST_SPLITS)
+    methods = _subset("methods", remnet_methods.EPFL_AND_BASELINES)
+    common.require({"epfl_remnet", "fedavg", "pfl_uncompressed"} <= set(methods), "methods", ",".join(methods), "a list holding epfl_remnet, fedavg and pfl_uncompressed (the checks)")
+    common.require(FLAGS.seeds and all(v.isdigit() for v in FLAGS.seeds) and len(set(FLAGS.seeds)) == len(FLAGS.seeds), "seeds", ",".join(FLAGS.seeds), "distinct integers >= 0")
     common.require(FLAGS.map_id >= 0, "map_id", FLAGS.map_id, "an integer >= 0")
+    common.require(FLAGS.rem_size in (256, 512, 1024), "rem_size", FLAGS.rem_size, "256, 512 or 1024")
     common.data_root(FLAGS.data_root)
     return remnet_tables.TablesConfig(
-        data=rem_points.RemPointsConfig(root=FLAGS.data_root, map_id=FLAGS.map_id, seed=FLAGS.seed),
-        run=rem_runner.RunConfig(rounds=FLAGS.rounds, clients_per_round=FLAGS.clients_per_round, eval_every=FLAGS.eval_every, seed=FLAGS.seed),
+        data=rem_points.RemPointsConfig(root=FLAGS.data_root, map_id=FLAGS.map_id, rem_size=FLAGS.rem_size),
+        run=rem_runner.RunConfig(rounds=FLAGS.rounds, clients_per_round=FLAGS.clients_per_round, eval_every=FLAGS.eval_every),
         scenarios=scenarios,
+        test_splits=splits,
+        seeds=tuple(int(v) for v in FLAGS.seeds),
+        main_methods=methods,
+        detail_splits=_subset("detail_splits", rem_points.TEST_SPLITS, allow_empty=True),
+        detail_scenarios=_subset("detail_scenarios", rem_points.SCENARIOS, allow_empty=True),
         pareto_k_fractions=_floats(FLAGS.pareto_k, "pareto_k"),
         pareto_sync_periods=_ints(FLAGS.pareto_r, "pareto_r"),
     )
+
+
+def tune(config) -> None:
+    """The validation sweep: tuning.csv (every candidate's validation curve) and tuning.md."""
+    data = dataclasses.replace(config.data, test_split="block", seed=0)
+    rows = remnet_tuning.run_sweep(FLAGS.out, data, FLAGS.tune_scenario, FLAGS.tune_rounds, base=config.base)
+    chosen = remnet_tuning.choose(rows)
+    budget = remnet_tuning.round_budget(rows, chosen)
+    last = [dict(r, chosen=r["label"] in chosen.values()) for r in rows if r["round"] == FLAGS.tune_rounds]
+    remnet_tables.write_table(rows, os.path.join(FLAGS.out, "tuning_curves"), "Validation curves of the sweep")
+    remnet_tables.write_table(last, os.path.join(FLAGS.out, "tuning"), f"Validation sweep ({FLAGS.tune_scenario}, block split, seed 0, {FLAGS.tune_rounds} rounds); round budget {budget}")
+    with open(os.path.join(FLAGS.out, "tuning.md")) as f:
+        print(f.read())
+    print(f"chosen: {chosen}; round budget (every chosen method within 2% of its best validation RMSE): {budget}")
+
+
+def _run_children(jobs: int) -> None:
+    """--jobs: this program once per share (--shard=I/N), all at once; exit 1 if one fails."""
+    args = [a for a in sys.argv[1:] if not a.startswith(("--jobs", "--shard", "--overwrite", "--nooverwrite"))]
+    children = [subprocess.Popen([sys.executable, "-m", "programs.remnet_tables", *args, "--jobs=1", f"--shard={i}/{jobs}"]) for i in range(jobs)]
+    codes = [child.wait() for child in children]
+    if any(codes):
+        common.fail(f"--jobs={jobs}: shard exit codes {codes}; finished runs are kept, run the same command again to resume", code=1)
 
 
 def main(argv):
@@ -84,9 +144,19 @@ def main(argv):
     start = time.monotonic()
     if FLAGS.overwrite:
         for planned in remnet_tables.plan(config):
-            run_folder.clear(os.path.join(FLAGS.out, "runs", planned.scenario, planned.label), rem_runner.RUN_FILES)
+            run_folder.clear(planned.run_dir(FLAGS.out), rem_runner.RUN_FILES)
     try:
-        results = common.supervised(lambda: remnet_tables.run_all(config, FLAGS.out), runtime.install_local_context())
+        if FLAGS.tune:
+            return common.supervised(lambda: tune(config), runtime.install_local_context())
+        if FLAGS.shard:
+            shard = tuple(int(v) for v in FLAGS.shard.split("/"))
+            return common.supervised(lambda: remnet_tables.run_all(config, FLAGS.out, shard=shard), runtime.install_local_context())
+        if FLAGS.jobs > 1 and not FLAGS.report_only:
+            _run_children(FLAGS.jobs)
+        if FLAGS.report_only or FLAGS.jobs > 1:
+            results = remnet_tables.run_all(config, FLAGS.out, train=False)
+        else:
+            results = common.supervised(lambda: remnet_tables.run_all(config, FLAGS.out), runtime.install_local_context())
     except DataLayoutError as exc:
         common.fail(f"--data_root={FLAGS.data_root!r}: {exc}")
     except rem_runner.RunFolderConflict as exc:
@@ -94,6 +164,9 @@ def main(argv):
     tables = remnet_tables.build_tables(config, results)
     markdown = []
     for name, rows in tables.items():
+        if not rows:  # A partial run (--report_only) may not have reached these runs yet.
+            print(f"table {name}: no finished run behind it yet")
+            continue
         stem = os.path.join(FLAGS.out, name)
         remnet_tables.write_table(rows, stem, remnet_tables.TITLES[name])
         with open(stem + ".md") as f:
@@ -104,6 +177,8 @@ def main(argv):
         "program_wall_s": time.monotonic() - start,
         "training_wall_s": sum({r["run_dir"]: r["wall_s"] for r in results.values()}.values()),
         "runs": len({r["run_dir"] for r in results.values()}),
+        "planned_runs": len({p.key() for p in remnet_tables.plan(config)}),
+        "report_only": FLAGS.report_only,
         "figures": figures,
     }
     with open(os.path.join(FLAGS.out, "summary.json"), "w") as f:

@@ -14,7 +14,10 @@ from tests.rem_tiny import tiny_config, tiny_scenario
 from tff_radiomap.learning import epfl_ablations, rem_runner
 
 
-@pytest.mark.parametrize("name", remnet_methods.BASELINES + ("no_split_head",))  # EPFL-REMNet: test_rem_runner.
+TFF_BASELINES = tuple(n for n in remnet_methods.BASELINES if n not in remnet_methods.STACKED_ONLY)  # FedRep, Ditto: test_fedrep_ditto.
+
+
+@pytest.mark.parametrize("name", TFF_BASELINES + ("no_split_head",))  # EPFL-REMNet: test_rem_runner.
 def test_method_runs_and_reports_uplink(tff_runtime, tmp_path, name):
     method = remnet_methods.method(name, tiny_config(sync_period=2, k_fraction=0.2, ema_decay=0.5))
     run = rem_runner.RunConfig(rounds=2, eval_every=2, checkpoint_every=2)

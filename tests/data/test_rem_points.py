@@ -67,12 +67,12 @@ def test_clients_are_split_normalized_and_mapped_back_to_db(rem_root):
     rem_map = rem_points.load_rem_map(rem_root, 0)
     points = rem_points.extract_points(rem_map)
     assert len(scenario.clients) == 9
-    total_test = sum(len(c.x_test) for c in scenario.clients)
+    total_test = sum(len(c.x_test) + len(c.x_val) for c in scenario.clients)
     own_train = sum(c.num_train - c.neighbour_samples for c in scenario.clients)
     mask = rem_points.scenario_mask(points.heterogeneity, "medium", rem_points.scenario_thresholds(points.heterogeneity))
     assert total_test + own_train == mask.sum()  # Every scenario pixel is in exactly one own cell.
     for c in scenario.clients:
-        assert c.neighbour_samples == round(0.2 * (c.num_train - c.neighbour_samples + len(c.x_test)))
+        assert c.neighbour_samples == round(0.2 * (c.num_train - c.neighbour_samples + len(c.x_test) + len(c.x_val)))
         assert c.x_train.shape[1] == 102
         np.testing.assert_allclose(c.x_train[:, :2].min(0), 0.0, atol=1e-6)
         np.testing.assert_allclose(c.x_train[:, :2].max(0), 1.0, atol=1e-6)
@@ -86,7 +86,36 @@ def test_clients_are_split_normalized_and_mapped_back_to_db(rem_root):
 def test_bad_configuration_and_missing_files_are_named(tmp_path):
     with pytest.raises(ValueError, match="test_fraction=1.0"):
         rem_points.RemPointsConfig(test_fraction=1.0)
+    with pytest.raises(ValueError, match="val_fraction=0.9"):
+        rem_points.RemPointsConfig(val_fraction=0.9)
+    with pytest.raises(ValueError, match="test_split='diagonal'"):
+        rem_points.RemPointsConfig(test_split="diagonal")
     with pytest.raises(ValueError, match="scenario='extreme'"):
         rem_points.scenario_mask(np.zeros(3), "extreme", (0.0, 1.0))
     with pytest.raises(DataLayoutError, match="buildings_complete"):
         rem_points.load_rem_map(str(tmp_path), 0)
+
+
+@pytest.mark.parametrize("split", rem_points.TEST_SPLITS)
+def test_train_val_test_are_disjoint_and_block_holds_out_whole_blocks(rem_root, split):
+    config = rem_points.RemPointsConfig(root=rem_root, grid=(2, 2), neighbour_share=0.0, test_split=split)
+    rem_map = rem_points.load_rem_map(rem_root, 0)
+    points = rem_points.extract_points(rem_map)
+    index = np.flatnonzero(rem_points.scenario_mask(points.heterogeneity, "heavy", rem_points.scenario_thresholds(points.heterogeneity)))
+    cells = rem_points.grid_cells(points.rows[index], points.cols[index], config.grid)
+    rng = np.random.default_rng(0)
+    for c in range(4):
+        own = index[cells == c]
+        train, val, test = rem_points.hold_out(points, own, config, rng)
+        assert len(set(train) | set(val) | set(test)) == len(own) == len(train) + len(val) + len(test)
+        blocks = rem_points.grid_cells(points.rows[own], points.cols[own], config.block_grid)
+        block_of = dict(zip(own, blocks))
+        held = {block_of[i] for i in test}
+        if split == "block":  # Whole blocks: no training pixel shares a block with a test pixel.
+            assert len(held) == round(0.2 * 9) and not held & {block_of[i] for i in train}
+            assert not {block_of[i] for i in val} & held
+        else:  # Random pixels: test pixels scatter over the cell's blocks.
+            assert len(held) > 2
+    scenario = rem_points.load_scenarios(config, ("heavy",))["heavy"]
+    assert all(len(cl.x_val) and len(cl.x_test) for cl in scenario.clients)
+    assert scenario.summary()["test_split"] == split

@@ -1,4 +1,4 @@
-"""Tables and figures of the EPFL-REMNet experiments, from hand-made run results."""
+"""Tables and figures of the EPFL-REMNet experiments, from hand-made run results over seeds and splits."""
 
 import csv
 import os
@@ -6,19 +6,29 @@ import os
 import numpy as np
 import pytest
 
-from tff_radiomap.experiments import remnet_figures, remnet_tables
-from tff_radiomap.learning import rem_runner
+from tff_radiomap.experiments import remnet_figures, remnet_tables, remnet_tuning
+from tff_radiomap.learning import stacked_runner
+from tff_radiomap.learning.epfl_remnet import EpflRemnetConfig
 
 
-def test_plan_covers_methods_ablations_and_grid_and_dedups_equal_configs():
-    config = remnet_tables.TablesConfig(scenarios=("heavy",), pareto_k_fractions=(0.01, 0.05), pareto_sync_periods=(1, 2))
+def _config(**overrides):
+    defaults = dict(base=EpflRemnetConfig(k_fraction=0.05, sync_period=2), scenarios=("light", "heavy"), seeds=(0, 1, 2), detail_scenarios=("heavy",), pareto_k_fractions=(0.01, 0.05), pareto_sync_periods=(1, 2))
+    return remnet_tables.TablesConfig(**{**defaults, **overrides})
+
+
+def test_plan_puts_main_runs_first_and_dedups_equal_configs():
+    config = _config()
     runs = remnet_tables.plan(config)
-    labels = [r.label for r in runs]
-    assert {"epfl_remnet", "fedavg", "fedfly", "pfedgp", "pfl_uncompressed", "no_sync", "no_ema"} <= set(labels)
-    keys = {r.label: r.key() for r in runs}
-    assert keys["pareto_k0.05_R2"] == keys["epfl_remnet"]  # The default point is the proposal itself.
-    assert keys["pareto_k0.05_R1"] == keys["no_sync"]
-    assert len(set(keys.values())) == len(labels) - 2
+    main = [r for r in runs if r.label in config.main_methods]
+    assert runs[: len(main)] == main and len(main) == 2 * 3 * 2 * len(remnet_tables.MAIN_METHODS)
+    assert {"fedrep", "ditto", "pfedgp"} <= {r.label for r in main}
+    detail = runs[len(main) :]
+    assert {(r.split, r.scenario) for r in detail} == {("block", "heavy")}
+    keys = {(r.seed, r.label): r.key() for r in runs if r.split == "block" and r.scenario == "heavy"}
+    assert keys[(0, "pareto_k0.05_R2")] == keys[(0, "epfl_remnet")]  # The default point is the proposal.
+    assert keys[(0, "pareto_k0.05_R1")] == keys[(0, "no_sync")]
+    assert keys[(0, "epfl_remnet")] != keys[(1, "epfl_remnet")]  # Seeds are different runs.
+    assert config.method("fedavg").config.client_learning_rate == dict(config.learning_rates)["fedavg"]
 
 
 def test_pareto_front():
@@ -30,39 +40,92 @@ def _fake_results(tmp_path, config):
     rng = np.random.default_rng(0)
     results = {}
     for planned in remnet_tables.plan(config):
-        run_dir = tmp_path / planned.scenario / planned.label
+        run_dir = tmp_path / planned.split / str(planned.seed) / planned.scenario / planned.label
         os.makedirs(run_dir, exist_ok=True)
-        macro = float(rng.uniform(2, 6))
+        macro = float(rng.uniform(2, 6)) if planned.label != "fedavg" else 9.0 + planned.seed
         mb = 1000.0 if planned.method.config.k_fraction is None else 20.0
-        if planned.label == "fedavg":
-            macro = 9.0
         with open(run_dir / "metrics.csv", "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=rem_runner._csv_fields(4))
+            writer = csv.DictWriter(f, fieldnames=stacked_runner.CSV_FIELDS)
             writer.writeheader()
             for r in range(4):
-                writer.writerow({"round": r, "cum_uplink_mb": mb * (r + 1) / 4, "macro_rmse": macro + 4 - r if r % 2 else ""})
-        results[(planned.scenario, planned.label)] = {
+                writer.writerow({"round": r, "cum_uplink_mb": mb * (r + 1) / 4, "macro_rmse": macro + 4 - r if r % 2 else "", "val_macro_rmse": macro + 5 - r if r % 2 else ""})
+        per_client = list(rng.uniform(1, 8, 20))
+        results[(planned.split, planned.seed, planned.scenario, planned.label)] = {
             "micro_rmse": macro * 1.1, "macro_rmse": macro, "macro_mae": macro * 0.7, "cum_uplink_mb": mb,
-            "per_bs_rmse": [macro] * 4, "per_client_rmse": list(rng.uniform(1, 8, 10)), "run_dir": str(run_dir), "wall_s": 1.0,
+            "per_bs_rmse": [macro] * 4, "per_client_rmse": per_client, "run_dir": str(run_dir), "wall_s": 1.0,
         }
     return results
 
 
-def test_tables_checks_and_figures_are_written(tmp_path):
-    config = remnet_tables.TablesConfig(scenarios=("light", "heavy"), pareto_k_fractions=(0.01, 0.05), pareto_sync_periods=(1, 2))
+def test_tables_average_over_seeds_check_and_draw(tmp_path):
+    config = _config()
     results = _fake_results(tmp_path, config)
-    results[("heavy", "epfl_remnet")]["macro_rmse"] = 1.2 * results[("heavy", "pfl_uncompressed")]["macro_rmse"]
     tables = remnet_tables.build_tables(config, results)
-    assert len(tables["main"]) == 2 * 5 and len(tables["ablation"]) == 2 * 6 and len(tables["pareto"]) == 2 * 4
-    heavy = [r for r in tables["checks"] if r["scenario"] == "heavy"][0]
-    assert heavy["below_fedavg"] and heavy["uplink_vs_pfl_pct"] == pytest.approx(2.0)
-    assert heavy["uplink_at_most_3pct"] and not heavy["rmse_at_most_10pct_higher"]
-    full = [r for r in tables["ablation"] if r["scenario"] == "heavy" and r["variant"] == "Full"][0]
-    assert full["d_macro_rmse_pct"] == 0.0
+    methods = len(remnet_tables.MAIN_METHODS)
+    assert len(tables["main"]) == 2 * 2 * methods and len(tables["checks"]) == 4
+    assert len(tables["ablation"]) == 6 and len(tables["pareto"]) == 4
+    row = [r for r in tables["main"] if r["split"] == "block" and r["scenario"] == "heavy" and r["method"] == "FedAvg"][0]
+    assert row["seeds"] == 3 and row["macro_rmse_mean"] == pytest.approx(10.0) and row["macro_rmse_std"] == pytest.approx(1.0)
+    worst = [np.sort(results[("block", s, "heavy", "fedavg")]["per_client_rmse"])[-2:].mean() for s in (0, 1, 2)]
+    assert row["worst10_rmse_mean"] == pytest.approx(np.mean(worst))
+    check = [r for r in tables["checks"] if r["split"] == "block" and r["scenario"] == "heavy"][0]
+    assert check["below_fedavg"] and check["uplink_vs_pfl_pct"] == pytest.approx(2.0) and check["uplink_at_most_3pct"]
+    # A seed missing for one method: its row says so, and the check counts the fewest seeds.
+    del results[("random", 2, "light", "epfl_remnet")]
+    partial = remnet_tables.build_tables(config, results)
+    assert [r["seeds"] for r in partial["checks"] if r["split"] == "random" and r["scenario"] == "light"] == [2]
     for name, rows in tables.items():
         remnet_tables.write_table(rows, str(tmp_path / name), remnet_tables.TITLES[name])
         with open(tmp_path / f"{name}.csv") as f:
             assert len(list(csv.DictReader(f))) == len(rows)
         assert (tmp_path / f"{name}.md").read_text().count("\n") == len(rows) + 4
+    assert "±" in (tmp_path / "main.md").read_text()
     for path in remnet_figures.write_figures(config, results, str(tmp_path)):
         assert os.path.getsize(path) > 10_000 and open(path, "rb").read(4) == b"\x89PNG"
+
+
+def test_tuning_chooses_on_validation_and_one_budget():
+    rows = []
+    for label, method, curve in (("a1", "a", [5.0, 4.0, 3.9, 3.9]), ("a2", "a", [5.0, 4.5, 4.2, 4.1]), ("b1", "b", [9.0, 8.0, 7.0, 6.95])):
+        rows += [{"method": method, "label": label, "round": 5 * (i + 1), "val_macro_rmse_db": v} for i, v in enumerate(curve)]
+    chosen = remnet_tuning.choose(rows)
+    assert chosen == {"a": "a1", "b": "b1"}
+    assert remnet_tuning.round_budget(rows, chosen, tolerance=0.02) == 15  # b reaches 7.0 <= 1.02 * 6.95 at round 15.
+    assert remnet_tuning.round_budget(rows, chosen, tolerance=0.0) == 20
+
+
+def test_bad_config_is_refused():
+    with pytest.raises(ValueError, match="test_splits"):
+        _config(test_splits=("diagonal",))
+    with pytest.raises(ValueError, match="the checks need 'fedavg'"):
+        _config(main_methods=("epfl_remnet", "pfl_uncompressed"))
+    with pytest.raises(ValueError, match="seeds"):
+        _config(seeds=(0, 0))
+
+
+def test_report_only_reads_back_the_finished_runs(tmp_path):
+    import json
+
+    config = _config(scenarios=("heavy",), test_splits=("block",), seeds=(0, 1), detail_scenarios=())
+    runs = remnet_tables.plan(config)
+    finished = runs[0]
+    os.makedirs(finished.run_dir(str(tmp_path)))
+    with open(os.path.join(finished.run_dir(str(tmp_path)), "final.json"), "w") as f:
+        json.dump({"macro_rmse": 3.0}, f)
+    results = remnet_tables.run_all(config, str(tmp_path), train=False)
+    assert list(results) == [(finished.split, finished.seed, finished.scenario, finished.label)]
+    assert results[list(results)[0]]["macro_rmse"] == 3.0 and len(runs) == 2 * len(config.main_methods)
+
+
+def test_shards_partition_the_distinct_runs():
+    config = _config()
+    shards = [remnet_tables.shard_of(config, (i, 3)) for i in range(3)]
+    keys = {p.key() for p in remnet_tables.plan(config)}
+    assert set().union(*shards) == keys and sum(len(s) for s in shards) == len(keys)
+
+
+def test_an_ablation_equal_to_the_full_method_gets_no_row(tmp_path):
+    config = _config(base=EpflRemnetConfig(k_fraction=0.05, sync_period=1))  # R = 1: "w/o periodic sync" is Full.
+    tables = remnet_tables.build_tables(config, _fake_results(tmp_path, config))
+    variants = [r["variant"] for r in tables["ablation"] if r["split"] == "block"]
+    assert "w/o periodic sync" not in variants and "w/o Top-K" in variants and "Full" in variants

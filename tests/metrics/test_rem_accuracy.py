@@ -29,3 +29,13 @@ def test_rejects_mismatched_shapes():
         rem_accuracy([np.zeros((2, 4)), np.zeros((3, 4))], [np.zeros((2, 4)), np.zeros((2, 4))])
     with pytest.raises(ValueError, match="0 prediction arrays"):
         rem_accuracy([], [])
+
+
+def test_worst_fraction_is_the_mean_of_the_worst_clients():
+    from tff_radiomap.metrics.rem_accuracy import worst_fraction_rmse
+
+    values = [1.0, 9.0, 3.0, 7.0, 5.0, 2.0, 4.0, 6.0, 8.0, 10.0, 0.5]
+    assert worst_fraction_rmse(values, 0.1) == pytest.approx((10.0 + 9.0) / 2)  # ceil(1.1) = 2 clients.
+    assert worst_fraction_rmse(values[:3], 0.1) == 9.0
+    with pytest.raises(ValueError):
+        worst_fraction_rmse(values, 0.0)

@@ -18,10 +18,19 @@ Clients: within a scenario the map is cut into a 10 x 9 grid (10 bands of rows, 
 columns in each band). The cut points are quantiles of the scenario's pixels, not equal
 distances: a scenario's pixels cluster (the light one where all base stations are alike), and a
 uniform grid leaves up to a third of its cells empty; equal-count cells keep every client
-geographic and non-empty. Client c holds its cell's pixels, split into train and test
-(`test_fraction`, per client, seeded), plus `neighbour_share` times as many training pixels drawn
-from the 8 neighbouring cells of the grid (training only, so no test pixel is trained on by its
-own client).
+geographic and non-empty. Client c holds its cell's pixels, split into train, validation and test
+(`val_fraction`, `test_fraction`, per client, seeded), plus `neighbour_share` times as many
+training pixels drawn from the 8 neighbouring cells of the grid (training only, so no held-out
+pixel is trained on by its own client). Two ways to hold pixels out (`test_split`):
+  random  pixels drawn at random from the cell: a held-out pixel has training neighbours a metre
+          away, so the test measures interpolation;
+  block   the cell is cut into `block_grid` equal-count spatial blocks (the same quantile cut as
+          the client grid) and whole blocks are held out (round(fraction * blocks) each, at least
+          one): the test measures extrapolation across space. Neighbour-cell pixels may still
+          border a held-out block at the cell's edge.
+Validation pixels are for choosing hyperparameters and round budgets; test pixels only for the
+reported numbers. Denser clients: `rem_size` (the built-in set's map side, 256 by default; 512
+gives each client about four times the pixels) or a RadioMapSeer root of larger maps.
 """
 
 from __future__ import annotations
@@ -34,8 +43,14 @@ import numpy as np
 from tff_radiomap.data import default_set, encoding, radiomapseer, synthetic
 
 SCENARIOS = ("light", "medium", "heavy")
+TEST_SPLITS = ("random", "block")
 # The built-in REM set: synthetic maps with four base stations, one per quadrant.
 REM_SPEC = synthetic.DatasetSpec(maps=3, transmitters=4, size=256, seed=0, simulation="DPM")
+
+
+def rem_spec(size: int = REM_SPEC.size) -> synthetic.DatasetSpec:
+    """The built-in REM set at map side `size` (denser clients for larger sizes)."""
+    return dataclasses.replace(REM_SPEC, size=size)
 
 
 def default_rem_root(spec: synthetic.DatasetSpec = REM_SPEC) -> str:
@@ -58,6 +73,10 @@ class RemPointsConfig:
     grid: tuple[int, int] = (10, 9)  # (bands of rows, cells per band): 90 clients.
     neighbour_share: float = 0.1
     test_fraction: float = 0.2
+    val_fraction: float = 0.2
+    test_split: str = "random"  # random | block (see the module docstring).
+    block_grid: tuple[int, int] = (3, 3)  # Blocks per cell of the block split.
+    rem_size: int = 256  # Map side of the built-in synthetic set (ignored with `root`).
     min_label_std_db: float = 1.0
     seed: int = 0
 
@@ -70,8 +89,14 @@ class RemPointsConfig:
             raise ValueError(f"grid={self.grid}: expected (rows, cols) >= 1")
         if not 0.0 <= self.neighbour_share <= 1.0:
             raise ValueError(f"neighbour_share={self.neighbour_share}: expected a fraction in [0, 1]")
-        if not 0.0 < self.test_fraction < 1.0:
-            raise ValueError(f"test_fraction={self.test_fraction}: expected a fraction in (0, 1)")
+        if not (0.0 < self.test_fraction < 1.0 and 0.0 < self.val_fraction < 1.0 and self.test_fraction + self.val_fraction < 1.0):
+            raise ValueError(f"test_fraction={self.test_fraction}, val_fraction={self.val_fraction}: expected fractions in (0, 1) summing below 1")
+        if self.test_split not in TEST_SPLITS:
+            raise ValueError(f"test_split={self.test_split!r}: expected one of {TEST_SPLITS}")
+        if len(self.block_grid) != 2 or min(self.block_grid) < 1 or self.block_grid[0] * self.block_grid[1] < 3:
+            raise ValueError(f"block_grid={self.block_grid}: expected (rows, cols) >= 1 with at least 3 blocks")
+        if self.rem_size < 32:
+            raise ValueError(f"rem_size={self.rem_size}: expected a map side >= 32 pixels")
         if self.min_label_std_db <= 0:
             raise ValueError(f"min_label_std_db={self.min_label_std_db}: expected a positive number of dB")
 
@@ -219,6 +244,16 @@ class ClientData:
     label_mean_db: np.ndarray  # [M] mu_i
     label_std_db: np.ndarray  # [M] sigma_i
     neighbour_samples: int  # Training samples drawn from neighbouring cells.
+    x_val: np.ndarray | None = None  # Validation pixels (for tuning only); None: no validation split.
+    y_val: np.ndarray | None = None
+
+    def held_out(self, split: str) -> tuple[np.ndarray, np.ndarray]:
+        """(x, y) of the 'val' or 'test' pixels."""
+        if split == "test":
+            return self.x_test, self.y_test
+        if split == "val" and self.x_val is not None:
+            return self.x_val, self.y_val
+        raise ValueError(f"split={split!r}: expected 'test' or 'val' (this client has {'no ' if self.x_val is None else ''}validation pixels)")
 
     @property
     def num_train(self) -> int:
@@ -247,8 +282,10 @@ class RemScenario:
     def summary(self) -> dict:
         train = np.asarray([c.num_train for c in self.clients])
         test = np.asarray([len(c.x_test) for c in self.clients])
+        val = np.asarray([0 if c.x_val is None else len(c.x_val) for c in self.clients])
         return {
             "scenario": self.name,
+            "test_split": self.config.test_split,
             "q33_db": self.thresholds[0],
             "q66_db": self.thresholds[1],
             "clients": len(self.clients),
@@ -256,15 +293,31 @@ class RemScenario:
             "test_samples": int(test.sum()),
             "train_per_client_min_median_max": [int(train.min()), int(np.median(train)), int(train.max())],
             "test_per_client_min": int(test.min()),
+            "val_samples": int(val.sum()),
         }
 
 
+def hold_out(points: RemPoints, own: np.ndarray, config: RemPointsConfig, rng) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(train, val, test) indices of a cell's own pixels under `config.test_split`."""
+    if config.test_split == "random":
+        units = [np.asarray([i]) for i in rng.permutation(own)]
+    else:
+        blocks = grid_cells(points.rows[own], points.cols[own], config.block_grid)
+        units = [own[blocks == b] for b in rng.permutation(config.block_grid[0] * config.block_grid[1])]
+    n_test = max(1, int(round(config.test_fraction * len(units))))
+    n_val = max(1, int(round(config.val_fraction * len(units))))
+    if len(units) - n_test - n_val < 1:
+        raise ValueError(f"{len(own)} pixels: too few for a train/val/test split")
+    test, val, train = (np.concatenate(part) for part in (units[:n_test], units[n_test : n_test + n_val], units[n_test + n_val :]))
+    return train, val, test
+
+
 def _client_from_points(points: RemPoints, own: np.ndarray, neighbours: np.ndarray, cell: int, config: RemPointsConfig, rng) -> ClientData:
-    own = rng.permutation(own)
-    n_test = max(1, int(round(config.test_fraction * len(own))))
-    if len(own) - n_test < 1:
-        raise ValueError(f"cell {cell} holds {len(own)} pixels: too few for a train/test split")
-    test, train = own[:n_test], np.concatenate([own[n_test:], neighbours])
+    try:
+        train, val, test = hold_out(points, own, config, rng)
+    except ValueError as exc:
+        raise ValueError(f"cell {cell}: {exc}") from exc
+    train = np.concatenate([train, neighbours])
     coords = np.stack([points.cols, points.rows], axis=1).astype(np.float32)  # (x, y)
     low, high = coords[train].min(0), coords[train].max(0)
     span = np.where(high > low, high - low, 1.0)
@@ -283,6 +336,8 @@ def _client_from_points(points: RemPoints, own: np.ndarray, neighbours: np.ndarr
         label_mean_db=mean.astype(np.float32),
         label_std_db=std.astype(np.float32),
         neighbour_samples=len(neighbours),
+        x_val=inputs(val),
+        y_val=((points.labels_db[val] - mean) / std).astype(np.float32),
     )
 
 
@@ -304,7 +359,7 @@ def build_scenario(points: RemPoints, scenario: str, config: RemPointsConfig) ->
 
 def load_scenarios(config: RemPointsConfig = RemPointsConfig(), scenarios=SCENARIOS) -> dict[str, RemScenario]:
     """Reads the map once and builds the requested scenarios."""
-    root = config.root or ensure_default_rem_dataset()
+    root = config.root or ensure_default_rem_dataset(rem_spec(config.rem_size))
     rem_map = load_rem_map(root, config.map_id, config.base_stations, config.simulation)
     points = extract_points(rem_map, config.neighbourhood, config.cell_px)
     return {s: build_scenario(points, s, config) for s in scenarios}

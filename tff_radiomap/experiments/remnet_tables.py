@@ -1,17 +1,21 @@
 """The EPFL-REMNet experiment family: every run behind the paper's tables, and the tables.
 
-`plan(config)` lists the runs for each scenario: the proposal, the four baselines, the five
-ablations and a Pareto grid of (k_fraction, R) around the proposal (a grid point equal to an
-already planned configuration reuses its run). `run_all` trains them (each resumable in its own
-folder), `build_tables` turns the results into rows, `write_table` writes CSV and Markdown.
+`plan(config)` lists the runs: for every test split (random, block), seed and scenario the
+proposal and the baselines (`MAIN_METHODS`); for the `detail_splits` x `detail_scenarios` also
+the five ablations and a Pareto grid of (k_fraction, R) around the proposal (a grid point equal to
+an already planned configuration reuses its run). The data split follows the seed (each seed is
+another train/val/test draw, initial model and shuffles). `run_all` trains them on the stacked
+clients (`stacked_runner`; each resumable in its own folder), `build_tables` averages over seeds
+(mean and sample standard deviation, ddof = 1) and `write_table` writes CSV and Markdown.
 
-Tables (rows of dicts):
-  main      scenario, method, micro/macro RMSE, macro MAE, cumulative uplink MB (Table I)
-  per_bs    scenario, method, RMSE per base station (Table II)
-  ablation  scenario, variant, micro/macro RMSE, uplink, change vs the full method (Table III)
-  pareto    scenario, k_fraction, R, macro RMSE, uplink, on the Pareto front or not
-  checks    per scenario, the claims: EPFL-REMNet's macro RMSE below FedAvg's; its uplink at
-            most 3% of uncompressed personalized FL's with a macro RMSE at most 10% higher
+Tables (rows of dicts; every metric as `<name>_mean`, `<name>_std`, with `seeds`):
+  main      split, scenario, method: micro/macro RMSE, macro MAE, worst-10%-of-clients RMSE,
+            cumulative uplink MB (Table I)
+  per_bs    split, scenario, method: RMSE per base station (Table II)
+  ablation  split, scenario, variant: micro/macro RMSE, uplink, change of the means vs Full (Table III)
+  pareto    split, scenario, k_fraction, R: macro RMSE, uplink, on the front of the means or not
+  checks    split, scenario: EPFL-REMNet's macro RMSE below FedAvg's; its uplink at most 3% of
+            uncompressed personalized FL's at a macro RMSE at most 10% higher (means over seeds)
 """
 
 from __future__ import annotations
@@ -21,52 +25,94 @@ import dataclasses
 import json
 import os
 
+import numpy as np
+
 from baselines import remnet_methods
 from tff_radiomap.data import rem_points
-from tff_radiomap.learning import epfl_ablations, rem_runner
+from tff_radiomap.learning import epfl_ablations, rem_runner, stacked_runner
 from tff_radiomap.learning.epfl_remnet import EpflRemnetConfig
+from tff_radiomap.metrics.rem_accuracy import worst_fraction_rmse
 
-MAIN_METHODS = ("fedavg", "fedfly", "pfedgp", "pfl_uncompressed", "epfl_remnet")
+MAIN_METHODS = ("fedavg", "pfedgp", "fedrep", "ditto", "pfl_uncompressed", "epfl_remnet")
 LABELS = {
     "fedavg": "FedAvg",
     "fedfly": "FedFly",
     "pfedgp": "pFedGP",
-    "pfl_uncompressed": "PFL (uncompressed)",
+    "fedrep": "FedRep",
+    "ditto": "Ditto",
+    "pfl_uncompressed": "PFL (uncompressed, = FedPer)",
     "epfl_remnet": "EPFL-REMNet",
     **epfl_ablations.LABELS,
 }
 COMM_RATIO_MAX = 0.03  # "over 97% less uplink" than uncompressed personalized FL.
 RMSE_RATIO_MAX = 1.10  # "negligible accuracy loss", read as at most 10% higher macro RMSE.
+WORST_FRACTION = 0.1
+# Chosen on validation pixels only (heavy scenario, block split, seed 0; `remnet_tuning`,
+# bench/RESULTS.md "EPFL-REMNet under a validation split"): EPFL-REMNet's configuration, each
+# method's client learning rate, and the one round budget of every method.
+TUNED_BASE = EpflRemnetConfig(client_learning_rate=1e-2, k_fraction=0.02, sync_period=1, ema_decay=0.5)
+TUNED_LEARNING_RATES = (("fedavg", 1e-2), ("fedfly", 1e-2), ("pfedgp", 3e-3), ("fedrep", 1e-3), ("ditto", 3e-3), ("pfl_uncompressed", 1e-2))
+ROUND_BUDGET = 40
 
 
 @dataclasses.dataclass(frozen=True)
 class TablesConfig:
-    base: EpflRemnetConfig = EpflRemnetConfig()
+    base: EpflRemnetConfig = TUNED_BASE  # EPFL-REMNet's; the baselines derive from it.
+    learning_rates: tuple[tuple[str, float], ...] = TUNED_LEARNING_RATES  # Per baseline (others: base's).
     data: rem_points.RemPointsConfig = rem_points.RemPointsConfig()
     run: rem_runner.RunConfig = rem_runner.RunConfig()
     scenarios: tuple[str, ...] = rem_points.SCENARIOS
+    test_splits: tuple[str, ...] = ("block", "random")  # Block first: the checks are on it.
+    seeds: tuple[int, ...] = (0, 1, 2)
+    main_methods: tuple[str, ...] = MAIN_METHODS
+    detail_splits: tuple[str, ...] = ("block",)  # Where ablations and the Pareto grid run.
+    detail_scenarios: tuple[str, ...] = ("heavy",)  # CPU budget; --detail_scenarios adds the others.
     pareto_k_fractions: tuple[float, ...] = (0.01, 0.05, 0.2)
     pareto_sync_periods: tuple[int, ...] = (1, 2)
 
     def __post_init__(self):
-        unknown = set(self.scenarios) - set(rem_points.SCENARIOS)
-        if unknown or not self.scenarios:
-            raise ValueError(f"scenarios={self.scenarios}: expected a non-empty subset of {rem_points.SCENARIOS}")
+        for name, values, allowed in (
+            ("scenarios", self.scenarios, rem_points.SCENARIOS),
+            ("detail_scenarios", self.detail_scenarios, rem_points.SCENARIOS),
+            ("test_splits", self.test_splits, rem_points.TEST_SPLITS),
+            ("detail_splits", self.detail_splits, rem_points.TEST_SPLITS),
+            ("main_methods", self.main_methods, remnet_methods.METHODS),
+        ):
+            if (set(values) - set(allowed)) or (not values and name in ("scenarios", "test_splits", "main_methods")):
+                raise ValueError(f"{name}={values}: expected a {'non-empty ' if name in ('scenarios', 'test_splits') else ''}subset of {allowed}")
+        for required in ("epfl_remnet", "fedavg", "pfl_uncompressed"):
+            if required not in self.main_methods:
+                raise ValueError(f"main_methods={self.main_methods}: the checks need {required!r}")
+        if not self.seeds or min(self.seeds) < 0 or len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds={self.seeds}: expected distinct integers >= 0")
         if any(not 0 < k <= 1 for k in self.pareto_k_fractions) or any(r < 1 for r in self.pareto_sync_periods):
             raise ValueError(f"Pareto grid k={self.pareto_k_fractions}, R={self.pareto_sync_periods}: expected k in (0, 1], R >= 1")
+
+    def method(self, name: str) -> rem_runner.Method:
+        """The method `name` around `base`, with its own validation-chosen learning rate."""
+        lr = dict(self.learning_rates).get(name, self.base.client_learning_rate)
+        return remnet_methods.method(name, dataclasses.replace(self.base, client_learning_rate=lr))
+
+    def detailed(self, split: str, scenario: str) -> bool:
+        return split in self.detail_splits and scenario in self.detail_scenarios and scenario in self.scenarios and split in self.test_splits
 
 
 @dataclasses.dataclass(frozen=True)
 class PlannedRun:
+    split: str
+    seed: int
     scenario: str
     label: str  # A method name, or pareto_k{k}_R{R}.
     method: rem_runner.Method
 
     def key(self) -> str:
-        """What makes two runs the same run: scenario and configuration, not the label."""
+        """What makes two runs the same run: split, seed, scenario and configuration, not the label."""
         record = self.method.record()
         record.pop("name")
-        return json.dumps([self.scenario, record], sort_keys=True, default=str)
+        return json.dumps([self.split, self.seed, self.scenario, record], sort_keys=True, default=str)
+
+    def run_dir(self, out_dir: str) -> str:
+        return os.path.join(out_dir, "runs", self.split, f"seed{self.seed}", self.scenario, self.label)
 
 
 def pareto_label(k_fraction: float, sync_period: int) -> str:
@@ -74,34 +120,63 @@ def pareto_label(k_fraction: float, sync_period: int) -> str:
 
 
 def plan(config: TablesConfig) -> list[PlannedRun]:
-    runs = []
-    for scenario in config.scenarios:
-        for name in remnet_methods.METHODS:
-            runs.append(PlannedRun(scenario, name, remnet_methods.method(name, config.base)))
-        for k in config.pareto_k_fractions:
-            for r in config.pareto_sync_periods:
-                grid = dataclasses.replace(config.base, k_fraction=k, sync_period=r)
-                runs.append(PlannedRun(scenario, pareto_label(k, r), remnet_methods.epfl_remnet(grid, "epfl_remnet")))
-    return runs
+    """Main runs first (every split and seed), then the detail runs, so that a partial run of the
+    program has the main table."""
+    main, detail = [], []
+    for split in config.test_splits:
+        for seed in config.seeds:
+            for scenario in config.scenarios:
+                main += [PlannedRun(split, seed, scenario, n, config.method(n)) for n in config.main_methods]
+                if not config.detailed(split, scenario):
+                    continue
+                detail += [PlannedRun(split, seed, scenario, n, config.method(n)) for n in remnet_methods.ABLATIONS]
+                for k in config.pareto_k_fractions:
+                    for r in config.pareto_sync_periods:
+                        grid = dataclasses.replace(config.base, k_fraction=k, sync_period=r)
+                        detail.append(PlannedRun(split, seed, scenario, pareto_label(k, r), remnet_methods.epfl_remnet(grid, "epfl_remnet")))
+    return main + detail
 
 
-def run_all(config: TablesConfig, out_dir: str, log=print) -> dict[tuple[str, str], dict]:
-    """Runs (or reads back) every planned run; returns (scenario, label) -> final result (with
-    its `run_dir`). A run whose configuration equals an earlier one's is not repeated: its label
-    points to the earlier run's result."""
-    scenarios = rem_points.load_scenarios(config.data, config.scenarios)
-    pad_to = max(c.num_train for s in scenarios.values() for c in s.clients)
-    results, by_key, processes = {}, {}, {}
+def shard_of(config: TablesConfig, shard: tuple[int, int]) -> set[str]:
+    """Keys of the distinct planned runs of shard (i, n): every n-th, starting at the i-th."""
+    keys = list(dict.fromkeys(p.key() for p in plan(config)))
+    return set(keys[shard[0] :: shard[1]])
+
+
+def run_all(config: TablesConfig, out_dir: str, log=print, train: bool = True, shard: tuple[int, int] = (0, 1)) -> dict[tuple, dict]:
+    """Runs (or reads back) every planned run; returns (split, seed, scenario, label) -> final
+    result (with its `run_dir`). A run whose configuration equals an earlier one's is not repeated.
+    `train=False` only reads back the finished runs (the tables of a partial run); `shard` (i, n)
+    trains only the i-th of n interleaved shares of the distinct runs (`--jobs`)."""
+    results, by_key, processes, loaded = {}, {}, {}, {}
+    mine = shard_of(config, shard) if shard != (0, 1) else None
     for planned in plan(config):
-        if planned.key() in by_key:
-            results[(planned.scenario, planned.label)] = results[by_key[planned.key()]]
+        if mine is not None and planned.key() not in mine:
             continue
-        run_dir = os.path.join(out_dir, "runs", planned.scenario, planned.label)
-        log(f"== {planned.scenario} / {planned.label}")
-        result = rem_runner.run_experiment(run_dir, scenarios[planned.scenario], planned.method, config.run, log=log, pad_to=pad_to, processes=processes)
-        result = dict(result, run_dir=run_dir)
-        by_key[planned.key()] = (planned.scenario, planned.label)
-        results[(planned.scenario, planned.label)] = result
+        if planned.key() in by_key:
+            if by_key[planned.key()] in results:
+                results[(planned.split, planned.seed, planned.scenario, planned.label)] = results[by_key[planned.key()]]
+            continue
+        if not train:
+            final = os.path.join(planned.run_dir(out_dir), "final.json")
+            if os.path.exists(final):
+                with open(final) as f:
+                    results[(planned.split, planned.seed, planned.scenario, planned.label)] = dict(json.load(f), run_dir=planned.run_dir(out_dir))
+            by_key[planned.key()] = (planned.split, planned.seed, planned.scenario, planned.label)
+            continue
+        if (planned.split, planned.seed) not in loaded:
+            data = dataclasses.replace(config.data, test_split=planned.split, seed=planned.seed)
+            loaded = {(planned.split, planned.seed): rem_points.load_scenarios(data, config.scenarios)}  # One split in memory at a time.
+            n_max = max(c.num_train for s in loaded[(planned.split, planned.seed)].values() for c in s.clients)
+            pad_to = -(-n_max // config.base.batch_size) * config.base.batch_size  # Whole batches: seeds of a split share one trace.
+        scenario = loaded[(planned.split, planned.seed)][planned.scenario]
+        run = dataclasses.replace(config.run, seed=planned.seed)
+        run_dir = planned.run_dir(out_dir)
+        log(f"== {planned.split} / seed {planned.seed} / {planned.scenario} / {planned.label}")
+        result = stacked_runner.run_stacked(run_dir, scenario, planned.method, run, log=log, pad_to=pad_to, processes=processes)
+        ident = (planned.split, planned.seed, planned.scenario, planned.label)
+        results[ident] = dict(result, run_dir=run_dir)
+        by_key[planned.key()] = ident
     return results
 
 
@@ -120,50 +195,95 @@ def pareto_front(points: list[tuple[float, float]]) -> list[bool]:
     ]
 
 
-def build_tables(config: TablesConfig, results: dict[tuple[str, str], dict]) -> dict[str, list[dict]]:
+def _metrics(result: dict) -> dict[str, float]:
+    out = {k: result[k] for k in ("micro_rmse", "macro_rmse", "macro_mae")}
+    out["worst10_rmse"] = worst_fraction_rmse(result["per_client_rmse"], WORST_FRACTION)
+    out["uplink_mb"] = result["cum_uplink_mb"]
+    out.update({f"rmse_bs{chr(ord('A') + m)}": v for m, v in enumerate(result["per_bs_rmse"])})
+    return out
+
+
+def seed_summary(per_seed: list[dict[str, float]], names) -> dict:
+    """`<name>_mean` and `<name>_std` (ddof = 1; 0 for one seed) of each metric over seeds."""
+    out = {"seeds": len(per_seed)}
+    for n in names:
+        values = np.asarray([m[n] for m in per_seed], np.float64)
+        out[f"{n}_mean"] = float(values.mean())
+        out[f"{n}_std"] = float(values.std(ddof=1)) if len(values) > 1 else 0.0
+    return out
+
+
+def _over_seeds(config, results, split, scenario, label) -> list[dict]:
+    return [_metrics(results[(split, seed, scenario, label)]) for seed in config.seeds if (split, seed, scenario, label) in results]
+
+
+MAIN_METRICS = ("micro_rmse", "macro_rmse", "macro_mae", "worst10_rmse", "uplink_mb")
+
+
+def build_tables(config: TablesConfig, results: dict[tuple, dict]) -> dict[str, list[dict]]:
+    """The tables from whatever runs `results` holds (rows with no finished seed are left out)."""
     tables = {"main": [], "per_bs": [], "ablation": [], "pareto": [], "checks": []}
-    for s in config.scenarios:
-        for name in MAIN_METHODS:
-            r = results[(s, name)]
-            tables["main"].append(
-                {"scenario": s, "method": LABELS[name], "micro_rmse_db": r["micro_rmse"], "macro_rmse_db": r["macro_rmse"], "macro_mae_db": r["macro_mae"], "uplink_mb": r["cum_uplink_mb"]}
-            )
-            tables["per_bs"].append({"scenario": s, "method": LABELS[name], **{f"rmse_bs{chr(ord('A') + m)}_db": v for m, v in enumerate(r["per_bs_rmse"])}})
-        full = results[(s, "epfl_remnet")]
-        for name in remnet_methods.ABLATIONS + ("epfl_remnet",):
-            r = results[(s, name)]
-            tables["ablation"].append(
-                {
-                    "scenario": s,
-                    "variant": "Full" if name == "epfl_remnet" else LABELS[name],
-                    "micro_rmse_db": r["micro_rmse"],
-                    "macro_rmse_db": r["macro_rmse"],
-                    "uplink_mb": r["cum_uplink_mb"],
-                    "d_micro_rmse_pct": _pct(r["micro_rmse"], full["micro_rmse"]),
-                    "d_macro_rmse_pct": _pct(r["macro_rmse"], full["macro_rmse"]),
-                    "d_uplink_pct": _pct(r["cum_uplink_mb"], full["cum_uplink_mb"]),
-                }
-            )
-        grid = [(k, rr, results[(s, pareto_label(k, rr))]) for k in config.pareto_k_fractions for rr in config.pareto_sync_periods]
-        front = pareto_front([(g[2]["cum_uplink_mb"], g[2]["macro_rmse"]) for g in grid])
-        for (k, rr, r), on_front in zip(grid, front):
-            tables["pareto"].append({"scenario": s, "k_fraction": k, "sync_period": rr, "macro_rmse_db": r["macro_rmse"], "uplink_mb": r["cum_uplink_mb"], "on_front": on_front})
-        fedavg, pfl = results[(s, "fedavg")], results[(s, "pfl_uncompressed")]
-        comm_ratio = full["cum_uplink_mb"] / pfl["cum_uplink_mb"]
-        rmse_ratio = full["macro_rmse"] / pfl["macro_rmse"]
-        tables["checks"].append(
+    for split in config.test_splits:
+        for s in config.scenarios:
+            summary = {}
+            for name in config.main_methods:
+                per_seed = _over_seeds(config, results, split, s, name)
+                if not per_seed:
+                    continue
+                summary[name] = seed_summary(per_seed, MAIN_METRICS)
+                tables["main"].append({"split": split, "scenario": s, "method": LABELS[name], **summary[name]})
+                bs = sorted(k for k in per_seed[0] if k.startswith("rmse_bs"))
+                tables["per_bs"].append({"split": split, "scenario": s, "method": LABELS[name], **seed_summary(per_seed, bs)})
+            if config.detailed(split, s) and "epfl_remnet" in summary:
+                _detail_rows(config, results, split, s, summary["epfl_remnet"], tables)
+            if all(m in summary for m in ("epfl_remnet", "fedavg", "pfl_uncompressed")):
+                tables["checks"].append(_check_row(split, s, summary))
+    return tables
+
+
+def _detail_rows(config, results, split, s, full, tables) -> None:
+    for name in remnet_methods.ABLATIONS + ("epfl_remnet",):
+        if name != "epfl_remnet" and config.method(name).config == config.method("epfl_remnet").config:
+            continue  # The tuned configuration already lacks this component (e.g. R = 1: no periodic sync).
+        per_seed = _over_seeds(config, results, split, s, name)
+        if not per_seed:
+            continue
+        row = seed_summary(per_seed, ("micro_rmse", "macro_rmse", "uplink_mb"))
+        tables["ablation"].append(
             {
-                "scenario": s,
-                "epfl_macro_rmse_db": full["macro_rmse"],
-                "fedavg_macro_rmse_db": fedavg["macro_rmse"],
-                "below_fedavg": full["macro_rmse"] < fedavg["macro_rmse"],
-                "uplink_vs_pfl_pct": 100.0 * comm_ratio,
-                "uplink_at_most_3pct": comm_ratio <= COMM_RATIO_MAX,
-                "macro_rmse_vs_pfl_pct": _pct(full["macro_rmse"], pfl["macro_rmse"]),
-                "rmse_at_most_10pct_higher": rmse_ratio <= RMSE_RATIO_MAX,
+                "split": split, "scenario": s, "variant": "Full" if name == "epfl_remnet" else LABELS[name], **row,
+                "d_macro_rmse_pct": _pct(row["macro_rmse_mean"], full["macro_rmse_mean"]),
+                "d_uplink_pct": _pct(row["uplink_mb_mean"], full["uplink_mb_mean"]),
             }
         )
-    return tables
+    grid = []
+    for k in config.pareto_k_fractions:
+        for rr in config.pareto_sync_periods:
+            per_seed = _over_seeds(config, results, split, s, pareto_label(k, rr))
+            if per_seed:
+                grid.append((k, rr, seed_summary(per_seed, ("macro_rmse", "uplink_mb"))))
+    front = pareto_front([(g[2]["uplink_mb_mean"], g[2]["macro_rmse_mean"]) for g in grid])
+    for (k, rr, row), on_front in zip(grid, front):
+        tables["pareto"].append({"split": split, "scenario": s, "k_fraction": k, "sync_period": rr, **row, "on_front": on_front})
+
+
+def _check_row(split, s, summary) -> dict:
+    full, fedavg, pfl = summary["epfl_remnet"], summary["fedavg"], summary["pfl_uncompressed"]
+    comm_ratio = full["uplink_mb_mean"] / pfl["uplink_mb_mean"]
+    rmse_ratio = full["macro_rmse_mean"] / pfl["macro_rmse_mean"]
+    return {
+        "split": split,
+        "scenario": s,
+        "seeds": min(full["seeds"], fedavg["seeds"], pfl["seeds"]),
+        "epfl_macro_rmse_db": full["macro_rmse_mean"],
+        "fedavg_macro_rmse_db": fedavg["macro_rmse_mean"],
+        "pfl_macro_rmse_db": pfl["macro_rmse_mean"],
+        "below_fedavg": full["macro_rmse_mean"] < fedavg["macro_rmse_mean"],
+        "uplink_vs_pfl_pct": 100.0 * comm_ratio,
+        "uplink_at_most_3pct": comm_ratio <= COMM_RATIO_MAX,
+        "macro_rmse_vs_pfl_pct": _pct(full["macro_rmse_mean"], pfl["macro_rmse_mean"]),
+        "rmse_at_most_10pct_higher": rmse_ratio <= RMSE_RATIO_MAX,
+    }
 
 
 def _fmt(value) -> str:
@@ -175,7 +295,8 @@ def _fmt(value) -> str:
 
 
 def write_table(rows: list[dict], path_stem: str, title: str) -> None:
-    """`path_stem`.csv (full precision) and `path_stem`.md (a Markdown table under `title`)."""
+    """`path_stem`.csv (full precision) and `path_stem`.md (a Markdown table under `title`;
+    `x_mean` / `x_std` pairs shown as one `x` column, mean ± std)."""
     if not rows:
         raise ValueError(f"table {title!r} has no rows")
     fields = list(rows[0])
@@ -183,16 +304,23 @@ def write_table(rows: list[dict], path_stem: str, title: str) -> None:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         writer.writerows(rows)
-    lines = [f"### {title}", "", "| " + " | ".join(fields) + " |", "|" + "---|" * len(fields)]
-    lines += ["| " + " | ".join(_fmt(r[k]) for k in fields) + " |" for r in rows]
+    shown = [f[: -len("_mean")] if f.endswith("_mean") else f for f in fields if not f.endswith("_std")]
+
+    def cell(row, name):
+        if name + "_mean" in row:
+            return f"{_fmt(row[name + '_mean'])} ± {_fmt(row[name + '_std'])}"
+        return _fmt(row[name])
+
+    lines = [f"### {title}", "", "| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
+    lines += ["| " + " | ".join(cell(r, k) for k in shown) + " |" for r in rows]
     with open(path_stem + ".md", "w") as f:
         f.write("\n".join(lines) + "\n")
 
 
 TITLES = {
-    "main": "Main results: accuracy (dB) and cumulative uplink (MB = 10^6 bytes)",
-    "per_bs": "RMSE per base station (dB)",
-    "ablation": "Ablations of EPFL-REMNet (changes relative to the full method)",
-    "pareto": "Accuracy-communication grid of EPFL-REMNet over k_fraction x R",
-    "checks": "Claims checked",
+    "main": "Main results: accuracy (dB) and cumulative uplink (MB = 10^6 bytes), mean ± std over seeds",
+    "per_bs": "RMSE per base station (dB), mean ± std over seeds",
+    "ablation": "Ablations of EPFL-REMNet (changes of the means relative to the full method)",
+    "pareto": "Accuracy-communication grid of EPFL-REMNet over k_fraction x R (front of the means)",
+    "checks": "Claims checked (means over seeds)",
 }

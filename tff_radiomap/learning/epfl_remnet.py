@@ -59,6 +59,9 @@ class EpflRemnetConfig:
     sync_period: int = 2  # R.
     ema_decay: float = 0.5  # 0: no EMA.
     client_weighting: str = "uniform"  # Algorithm 1 averages the uploads with equal weights.
+    # Local schedules of the PFL baselines (the stacked clients only, `epfl_stacked`):
+    head_epochs: int = 0  # FedRep: > 0 trains the head this many epochs first, then the body.
+    ditto_lambda: float | None = None  # Ditto: a personal model pulled toward the global one.
 
     def __post_init__(self):
         if self.client_optimizer not in OPTIMIZERS:
@@ -72,6 +75,10 @@ class EpflRemnetConfig:
         if self.client_learning_rate <= 0 or self.server_learning_rate <= 0:
             raise ValueError(f"learning rates {self.client_learning_rate}, {self.server_learning_rate}: expected > 0")
         local_lib.LocalTraining(self.local_epochs, self.batch_size, self.shuffle)  # Validates.
+        if self.head_epochs < 0 or (self.head_epochs and not self.split_head):
+            raise ValueError(f"head_epochs={self.head_epochs}: expected >= 0, and a private head (split_head) when > 0")
+        if self.ditto_lambda is not None and (self.ditto_lambda < 0 or self.split_head):
+            raise ValueError(f"ditto_lambda={self.ditto_lambda}: expected >= 0 with the whole model shared (split_head=False)")
 
     @property
     def training(self) -> local_lib.LocalTraining:
@@ -354,6 +361,8 @@ def build_process(
     aggregation and server update stay TFF computations.
     """
     local = local or local_lib.remnet_local_model(config.model, config.split_head)
+    if config.head_epochs or config.ditto_lambda is not None:
+        raise ValueError("FedRep (head_epochs) and Ditto (ditto_lambda) run on the stacked clients (epfl_stacked), not this process")
     if client_placement == "in_process":
         from tff_radiomap.learning import epfl_in_process  # It imports this module.
 

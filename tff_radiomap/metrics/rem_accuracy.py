@@ -49,3 +49,11 @@ def rem_accuracy(predictions_db: list[np.ndarray], targets_db: list[np.ndarray])
         per_bs_rmse=tuple(float(v) for v in np.sqrt(np.mean(pooled**2, axis=0))),
         per_client_rmse=tuple(float(np.sqrt(np.mean(e**2))) for e in errors),
     )
+
+
+def worst_fraction_rmse(per_client_rmse, fraction: float = 0.1) -> float:
+    """Mean RMSE of the worst `fraction` of clients (at least one): the long tail (Sec. IV-A)."""
+    values = np.sort(np.asarray(per_client_rmse, np.float64))[::-1]
+    if not len(values) or not 0 < fraction <= 1:
+        raise ValueError(f"{len(values)} clients, fraction={fraction}: expected clients and a fraction in (0, 1]")
+    return float(values[: max(1, int(np.ceil(fraction * len(values))))].mean())

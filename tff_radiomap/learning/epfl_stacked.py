@@ -1,0 +1,386 @@
+"""EPFL-REMNet and its baselines with every client's model stacked on one leading axis.
+
+The same round as `epfl_remnet.build_process` (Algorithm 1; see its docstring), computed for all
+C clients at once in one `tf.function`: every parameter of the client models is a tensor
+[C, ...], a local step is one batched matmul per layer, Adam (TFF's `build_adam` formula) runs
+per client, and the upload pipeline (error feedback Eq. (9)-(10), Top-K, b-bit symmetric
+quantization with one scale per tensor, the equal- or example-weighted mean) is applied per row.
+Initial values and keys come from `epfl_remnet.model_layout`, shuffles from the same stateless
+seeds (client seed, round, epoch) as the TFF client computation, so a round equals the TFF
+process's round to float tolerance (tests/learning/test_epfl_stacked.py). It exists because the
+TFF worker costs ~1.3 s a round for 90 clients of ~120 points, and the tables need hundreds of
+runs; the TFF process stays the reference implementation.
+
+Local schedules (`EpflRemnetConfig`):
+  joint    (default) all trainable parameters for `local_epochs` (EPFL-REMNet, FedAvg, PFL);
+  FedRep   `head_epochs` > 0: the private head for `head_epochs` epochs with the body frozen,
+           then the body for `local_epochs` with the head frozen (Collins et al., 2021);
+  Ditto    `ditto_lambda` set: the global model trained as FedAvg, and a private personal model
+           v_i trained on loss(v_i) + lambda/2 ||v_i - theta^t||^2 (Li et al., 2021); the
+           personal model is evaluated.
+Models (by `LocalModel.name`): remnet / remnet_global (linear or dropout-free MLP head),
+remnet_split (FedFly: FedAvg's training, plus the cut activations and labels counted as uplink),
+deep_kernel_gp (pFedGP: GP marginal likelihood per minibatch, GP posterior mean to predict).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import tensorflow as tf
+
+from tff_radiomap.aggregators import quantization, top_k, wire
+from tff_radiomap.learning import epfl_remnet
+from tff_radiomap.learning import local_model as local_lib
+
+LAYER_NORM_EPSILON = 1e-3  # Keras' LayerNormalization default.
+ADAM = dict(beta_1=0.9, beta_2=0.999, epsilon=1e-7)  # tff.learning.optimizers.build_adam defaults.
+PERSONAL = "personal/"  # Prefix of Ditto's personal copy of every parameter.
+MODELS = ("remnet", "remnet_global", "remnet_split", "deep_kernel_gp")
+
+
+@dataclasses.dataclass(frozen=True)
+class StackedLayout:
+    """Which stacked parameters exist: shared (server) keys and the clients' private keys."""
+
+    layout: epfl_remnet.ModelLayout
+    model: str
+    ditto: bool
+
+    @property
+    def shared_keys(self) -> list[str]:
+        return self.layout.shared_keys
+
+    @property
+    def private_keys(self) -> list[str]:
+        return [PERSONAL + k for k in self.layout.shared_keys] if self.ditto else self.layout.private_keys
+
+    def initial_private(self) -> list[np.ndarray]:
+        return list(self.layout.initial_shared if self.ditto else self.layout.initial_private)
+
+
+def stacked_layout(config: epfl_remnet.EpflRemnetConfig, local: local_lib.LocalModel, seed: int) -> StackedLayout:
+    if local.name not in MODELS:
+        raise ValueError(f"local model {local.name!r}: the stacked clients know {MODELS}")
+    if config.model.head == "mlp" and config.model.head_dropout > 0:
+        raise ValueError("head='mlp' with dropout: the stacked clients have no dropout; set head_dropout=0")
+    if config.ditto_lambda is not None and local.name != "remnet_global":
+        raise ValueError("Ditto needs the whole model shared (split_head=False)")
+    return StackedLayout(epfl_remnet.model_layout(local, seed), local.name, config.ditto_lambda is not None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Models on stacked parameters: p maps keys to [C, ...] tensors, x is [C, B, D].
+def _dense(p, name, h):
+    return tf.einsum("cbi,cio->cbo", h, p[name + ".kernel"]) + p[name + ".bias"][:, None, :]
+
+
+def _layer_norm(p, name, h):
+    mean, var = tf.nn.moments(h, axes=[-1], keepdims=True)
+    return (h - mean) * tf.math.rsqrt(var + LAYER_NORM_EPSILON) * p[name + ".gamma"][:, None, :] + p[name + ".beta"][:, None, :]
+
+
+def backbone(p, x, layers: int = 3):
+    """Eq. (5): three Dense + SiLU + LayerNorm layers."""
+    h = x
+    for n in range(1, layers + 1):
+        h = _layer_norm(p, f"backbone_norm_{n}", tf.nn.silu(_dense(p, f"backbone_dense_{n}", h)))
+    return h
+
+
+def remnet_forward(p, x):
+    z = backbone(p, x)
+    if "head_hidden.kernel" in p:
+        z = tf.nn.silu(_dense(p, "head_hidden", z))
+    return _dense(p, "head_out", z)
+
+
+def huber(y, pred, valid, delta: float):
+    """Keras' Huber (mean over outputs, then over the valid samples) per client: [C]."""
+    err = tf.abs(pred - y)
+    per_entry = tf.where(err <= delta, 0.5 * err**2, delta * (err - 0.5 * delta))
+    per_sample = tf.reduce_mean(per_entry, axis=-1) * valid
+    return tf.reduce_sum(per_sample, 1) / tf.maximum(tf.reduce_sum(valid, 1), 1.0)
+
+
+def _gp_kernel(p, a, b):
+    sq = tf.reduce_sum(a**2, -1)[:, :, None] + tf.reduce_sum(b**2, -1)[:, None, :] - 2.0 * tf.matmul(a, b, transpose_b=True)
+    scale = tf.exp(2.0 * p["gp_kernel.log_signal"])[:, None, None]
+    return scale * tf.exp(-tf.maximum(sq, 0.0) / (2.0 * tf.exp(2.0 * p["gp_kernel.log_lengthscale"])[:, None, None]))
+
+
+def _masked_gram(p, z, valid):
+    """K + (sigma^2 + jitter) I on the valid rows; padding rows become identity rows (no effect)."""
+    from baselines.pfedgp import JITTER  # The baseline owns the constant.
+
+    outer = valid[:, :, None] * valid[:, None, :]
+    noise = tf.exp(2.0 * p["gp_kernel.log_noise"])[:, None] + JITTER
+    return _gp_kernel(p, z, z) * outer + tf.linalg.diag(tf.where(valid > 0, noise, 1.0))
+
+
+def gp_nll(p, x, y, valid):
+    """baselines.pfedgp.gp_nll per client on the valid rows: [C]."""
+    chol = tf.linalg.cholesky(_masked_gram(p, backbone(p, x), valid))
+    y = y * valid[:, :, None]
+    alpha = tf.linalg.cholesky_solve(chol, y)
+    n, m = tf.reduce_sum(valid, 1), tf.cast(tf.shape(y)[2], tf.float32)
+    logdet = tf.reduce_sum(tf.math.log(tf.linalg.diag_part(chol)), 1)
+    nll = 0.5 * tf.reduce_sum(y * alpha, [1, 2]) + m * logdet + 0.5 * n * m * math.log(2 * math.pi)
+    return nll / tf.maximum(n * m, 1.0)
+
+
+def gp_predict(p, x_train, y_train, valid_train, x):
+    chol = tf.linalg.cholesky(_masked_gram(p, backbone(p, x_train), valid_train))
+    k_star = _gp_kernel(p, backbone(p, x), backbone(p, x_train)) * valid_train[:, None, :]
+    return tf.matmul(k_star, tf.linalg.cholesky_solve(chol, y_train * valid_train[:, :, None]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Local training of all clients at once.
+def epoch_orders(seeds, round_num, epoch, n, n_max: int):
+    """[C, n_max] visiting orders: client c's `local_model.epoch_order` under seed (seed_c, round +
+    epoch), padded positions last."""
+    keys = tf.stack([tf.random.stateless_uniform([n_max], seed=tf.stack([seeds[c], round_num + epoch])) for c in range(seeds.shape[0])])
+    keys = tf.where(tf.range(n_max)[None, :] < n[:, None], keys, 2.0)
+    return tf.argsort(keys, axis=1, stable=True)
+
+
+def _optimizer_step(config, w, g, a, v, step):
+    """TFF's Adam (or plain SGD) on one stacked parameter; `step` [C] is the 1-based step count."""
+    lr = config.client_learning_rate
+    if config.client_optimizer == "sgd":
+        return w - lr * g, a, v
+    b1, b2, eps = ADAM["beta_1"], ADAM["beta_2"], ADAM["epsilon"]
+    a = a + (g - a) * (1.0 - b1)
+    v = v + (tf.square(g) - v) * (1.0 - b2)
+    t = tf.cast(step, tf.float32)
+    rate = lr * tf.sqrt(1.0 - tf.pow(b2, t)) / (1.0 - tf.pow(b1, t))
+    rate = tf.reshape(rate, [-1] + [1] * (len(w.shape) - 1))
+    return w - rate * a / (tf.sqrt(v) + eps), a, v
+
+
+def local_train(config, params: dict, trainable: list[str], loss_fn, data, selected, seeds, round_num, epochs, first_epoch: int = 0):
+    """Trains `trainable` of every selected client for `epochs` (fresh optimizer state, as the TFF
+    client does each round); returns (params, loss sum over visited samples)."""
+    x, y, n = data["x"], data["y"], data["num_examples"]
+    n_max, batch = int(x.shape[1]), config.batch_size
+    steps = -(-n_max // batch)
+    params = {k: tf.convert_to_tensor(v) for k, v in params.items()}
+    slots = {k: (tf.zeros_like(params[k]), tf.zeros_like(params[k])) for k in trainable}
+    count = tf.zeros_like(n)
+    loss_sum = tf.zeros([x.shape[0]], tf.float32)
+    for epoch in range(first_epoch, first_epoch + epochs):
+        order = epoch_orders(seeds, round_num, epoch, n, n_max) if config.shuffle else tf.tile(tf.range(n_max)[None], [x.shape[0], 1])
+        order = tf.pad(order, [[0, 0], [0, steps * batch - n_max]])
+        for s in range(steps):
+            position = s * batch + tf.range(batch)
+            valid = tf.cast((position[None, :] < n[:, None]) & selected[:, None], tf.float32)
+            active = tf.reduce_any(valid > 0, axis=1)
+            idx = order[:, s * batch : (s + 1) * batch]
+            xb, yb = tf.gather(x, idx, batch_dims=1), tf.gather(y, idx, batch_dims=1)
+            with tf.GradientTape() as tape:
+                tape.watch([params[k] for k in trainable])
+                loss = loss_fn(params, xb, yb, valid)
+                total = tf.reduce_sum(loss)  # Clients are independent: d total / d params_c = d loss_c / d params_c.
+            grads = tape.gradient(total, [params[k] for k in trainable])
+            count = count + tf.cast(active, count.dtype)
+            for k, g in zip(trainable, grads):
+                w, a, v = _optimizer_step(config, params[k], g, *slots[k], tf.maximum(count, 1))
+                keep = tf.reshape(active, [-1] + [1] * (len(w.shape) - 1))
+                params[k] = tf.where(keep, w, params[k])
+                slots[k] = (tf.where(keep, a, slots[k][0]), tf.where(keep, v, slots[k][1]))
+            loss_sum += loss * tf.reduce_sum(valid, 1)
+    return params, loss_sum
+
+
+# ---------------------------------------------------------------------------------------------
+# The upload pipeline per row.
+def compress(config, upload: list, keys: list[str], shapes: dict):
+    """Top-K of the concatenated upload per client, then b-bit quantization per tensor: what the
+    server decodes, and what Top-K dropped (the new error before masking)."""
+    c = upload[0].shape[0]
+    flat = tf.concat([tf.reshape(t, [c, -1]) for t in upload], axis=1)
+    kept = flat
+    if config.k_fraction is not None:
+        k = top_k.num_kept(int(flat.shape[1]), k_fraction=config.k_fraction)
+        positions = tf.math.top_k(tf.abs(flat), k=k, sorted=False).indices
+        rows = tf.broadcast_to(tf.range(c)[:, None], positions.shape)
+        kept = tf.scatter_nd(tf.stack([rows, positions], -1), tf.gather(flat, positions, batch_dims=1), tf.shape(flat))
+    sizes = [int(np.prod(shapes[key])) for key in keys]
+    leaves = [tf.reshape(t, [c] + list(shapes[key])) for t, key in zip(tf.split(kept, sizes, axis=1), keys)]
+    if config.bits is not None:
+        if config.scale_scope != "tensor":
+            raise ValueError("the stacked clients quantize with scale_scope='tensor' only")
+        levels = quantization.max_level(config.bits)
+        decoded = []
+        for t in leaves:
+            scale = tf.reduce_max(tf.abs(tf.reshape(t, [c, -1])), axis=1) / levels
+            scale = tf.reshape(scale, [-1] + [1] * (len(t.shape) - 1))
+            decoded.append(tf.clip_by_value(tf.round(tf.math.divide_no_nan(t, scale)), -levels, levels) * scale)
+        leaves = decoded
+    return leaves, flat - kept
+
+
+def side_bytes_per_sample(config, local: local_lib.LocalModel) -> int:
+    """FedFly's per-sample activations and label (float32) sent device -> edge each local step."""
+    return 4 * (config.model.backbone_units[0] + config.model.outputs) if local.name == "remnet_split" else 0
+
+
+def upload_bytes(config, layout: epfl_remnet.ModelLayout) -> int:
+    return epfl_remnet.upload_bytes_per_client(epfl_remnet.upload_factory(config), layout.uploaded_type)
+
+
+def dense_value_count(layout: epfl_remnet.ModelLayout) -> int:
+    return wire.value_count(layout.shared_type)
+
+
+# ---------------------------------------------------------------------------------------------
+# The process.
+def _per_client(mask, t):
+    return tf.reshape(mask, [-1] + [1] * (len(t.shape) - 1))
+
+
+class StackedProcess:
+    """All clients' rounds as one `tf.function` (one trace per sync/non-sync round).
+
+    State (a dict of numpy arrays or tensors): `shared` and (with an EMA) `ema`, key -> server
+    value; `private` key -> [C, ...] (the heads; Ditto's personal models); `error` key -> [C, ...]
+    (with Top-K); `seeds` [C] int64 (the clients' shuffle seeds). Data: x [C, N, D], y [C, N, M],
+    num_examples [C] (rows past it are padding).
+    """
+
+    def __init__(self, config: epfl_remnet.EpflRemnetConfig, local: local_lib.LocalModel, seed: int = 0):
+        self.config, self.local = config, local
+        self.stacked = stacked_layout(config, local, seed)
+        self.layout = self.stacked.layout
+        self.bytes_per_upload = upload_bytes(config, self.layout)
+        self.side_per_sample = side_bytes_per_sample(config, local)
+        self.shapes = dict(zip(self.layout.shared_keys, (v.shape for v in self.layout.initial_shared)))
+        self._rounds = {sync: tf.function(lambda *a, sync=sync: self._round(*a, sync=sync), autograph=False) for sync in (False, True)}
+
+    def initial_state(self, num_clients: int, client_seeds, model_seed: int | None = None) -> dict:
+        """Every client starts from the common initial model of `model_seed` (default: the seed
+        the process was built with; the traced round does not depend on it, so one process
+        serves every seed)."""
+
+        def stack(values):
+            return {k: np.repeat(v[None], num_clients, 0) for k, v in values}
+
+        stacked = self.stacked if model_seed is None else stacked_layout(self.config, self.local, model_seed)
+        shared = dict(zip(stacked.layout.shared_keys, stacked.layout.initial_shared))
+        state = {"shared": shared, "private": stack(zip(stacked.private_keys, stacked.initial_private()))}
+        if self.config.ema_decay > 0:
+            state["ema"] = dict(shared)
+        if self.config.k_fraction is not None:
+            state["error"] = {k: np.zeros((num_clients,) + v.shape, np.float32) for k, v in shared.items()}
+        state["seeds"] = np.asarray(client_seeds, np.int64)
+        return state
+
+    def evaluated_shared(self, state) -> dict:
+        return state["ema"] if "ema" in state else state["shared"]
+
+    def _loss_fn(self, anchor=None):
+        if self.local.name == "deep_kernel_gp":
+            return gp_nll
+        delta, lam = self.config.model.huber_delta, self.config.ditto_lambda
+
+        def loss(p, x, y, valid):
+            value = huber(y, remnet_forward(p, x), valid, delta)
+            if anchor is not None:  # Ditto's proximal term toward the broadcast model.
+                value += 0.5 * lam * tf.add_n([tf.reduce_sum(tf.reshape(tf.square(p[k] - anchor[k]), [p[k].shape[0], -1]), 1) for k in anchor])
+            return value
+
+        return loss
+
+    def _train(self, tile, private, data, selected, seeds, round_num):
+        """(trained shared parameters, new private ones, loss sum, epochs) of every client."""
+        cfg, keys = self.config, self.layout.shared_keys
+        train = lambda params, names, loss, epochs, first=0: local_train(cfg, params, names, loss, data, selected, seeds, round_num, epochs, first)  # noqa: E731
+        if self.stacked.ditto:
+            trained, loss = train(tile, keys, self._loss_fn(), cfg.local_epochs)
+            personal = {k: private[PERSONAL + k] for k in keys}
+            personal, _ = train(personal, keys, self._loss_fn(anchor=tile), cfg.local_epochs)
+            return trained, {PERSONAL + k: personal[k] for k in keys}, loss, cfg.local_epochs
+        params, private_keys = {**tile, **private}, self.stacked.private_keys
+        if cfg.head_epochs > 0:  # FedRep: the head first (body frozen), then the body (head frozen).
+            params, head_loss = train(params, private_keys, self._loss_fn(), cfg.head_epochs)
+            params, body_loss = train(params, keys, self._loss_fn(), cfg.local_epochs, cfg.head_epochs)
+            return params, {k: params[k] for k in private_keys}, head_loss + body_loss, cfg.head_epochs + cfg.local_epochs
+        params, loss = train(params, keys + private_keys, self._loss_fn(), cfg.local_epochs)
+        return params, {k: params[k] for k in private_keys}, loss, cfg.local_epochs
+
+    def _round(self, shared, ema, private, error, data, selected, seeds, round_num, sync: bool):
+        cfg, keys = self.config, self.layout.shared_keys
+        c = int(data["x"].shape[0])
+        # Server broadcast: theta^t to every client.
+        tile = {k: tf.tile(shared[k][None], [c] + [1] * len(shared[k].shape)) for k in keys}
+        # Client work: local training; a client whose result holds a NaN or Inf is dropped.
+        trained, new_private, loss_sum, epochs = self._train(tile, private, data, selected, seeds, round_num)
+        delta = [trained[k] - tile[k] for k in keys]
+        finite = tf.math.is_finite(loss_sum)
+        for t in delta + list(new_private.values()):
+            finite &= tf.reduce_all(tf.math.is_finite(tf.reshape(t, [c, -1])), 1)
+        ok = finite & selected
+        new_private = {k: tf.where(_per_client(ok, v), v, private[k]) for k, v in new_private.items()}
+        delta = [tf.where(_per_client(ok, d), d, tf.zeros_like(d)) for d in delta]
+        uploads = ok if sync else tf.zeros_like(ok)
+        new_error = error
+        # Upload: u = Delta + e (Eq. (9)), Top-K and quantization; e = u - T_K(u) (Eq. (10)) stays.
+        if sync:
+            u = [d + error[k] for d, k in zip(delta, keys)] if cfg.k_fraction is not None else delta
+            decoded, dropped = compress(cfg, u, keys, self.shapes)
+            if cfg.k_fraction is not None:
+                sizes = [int(np.prod(self.shapes[k])) for k in keys]
+                dropped = [tf.reshape(t, [c] + list(self.shapes[k])) for t, k in zip(tf.split(dropped, sizes, axis=1), keys)]
+                new_error = {k: tf.where(_per_client(ok, e), e, error[k]) for k, e in zip(keys, dropped)}
+            # Inner aggregation: the weighted mean of the decoded uploads (0 if nobody uploads).
+            examples = tf.cast(data["num_examples"], tf.float32)
+            weight = tf.cast(uploads, tf.float32) * (examples if cfg.client_weighting == "num_examples" else 1.0)
+            total = tf.reduce_sum(weight)
+            mean = [tf.math.divide_no_nan(tf.tensordot(weight, t, axes=1), total) for t in decoded]
+            # Server update: theta^(t+1) = theta^t + eta * mean, and its EMA.
+            shared = {k: shared[k] + cfg.server_learning_rate * m for k, m in zip(keys, mean)}
+            if ema is not None:
+                ema = {k: cfg.ema_decay * ema[k] + (1 - cfg.ema_decay) * shared[k] for k in keys}
+        okf = tf.cast(ok, tf.float32)
+        examples = tf.cast(data["num_examples"], tf.float32)
+        metrics = {
+            "train_loss": tf.math.divide_no_nan(tf.reduce_sum(tf.where(ok, loss_sum, 0.0)), tf.reduce_sum(okf * examples) * epochs),
+            "uploads": tf.reduce_sum(tf.cast(uploads, tf.int64)),
+            "side_bytes": tf.cast(tf.reduce_sum(okf * examples), tf.int64) * (cfg.local_epochs * self.side_per_sample),
+            "nonfinite_updates": tf.reduce_sum(tf.cast(selected & ~finite, tf.int64)),
+        }
+        return shared, ema, new_private, new_error, metrics
+
+    def next(self, state: dict, data: dict, selected, round_num: int) -> tuple[dict, dict]:
+        """One round; `selected` [C] bool (the clients trained this round). Metrics as the TFF
+        process's: train_loss, uploads, uplink_bytes (exact), nonfinite_updates."""
+        sync = (round_num + 1) % self.config.sync_period == 0
+        shared, ema, private, error, m = self._rounds[sync](
+            state["shared"], state.get("ema"), state["private"], state.get("error", {}), data, tf.constant(selected), state["seeds"], tf.constant(round_num, tf.int64)
+        )
+        new = {"shared": shared, "private": private, "seeds": state["seeds"]}
+        if ema is not None:
+            new["ema"] = ema
+        if "error" in state:
+            new["error"] = error
+        metrics = {k: v.numpy() for k, v in m.items()}
+        metrics["uplink_bytes"] = int(metrics["uploads"]) * self.bytes_per_upload + int(metrics.pop("side_bytes"))
+        return new, metrics
+
+    def predict(self, state: dict, train: dict, x) -> np.ndarray:
+        """[C, T, M] z-scored predictions of every client's personalized model on x [C, T, D]."""
+        c = x.shape[0]
+        shared = self.evaluated_shared(state)
+        if self.stacked.ditto:
+            params = {k[len(PERSONAL) :]: v for k, v in state["private"].items()}
+        else:
+            params = {k: np.repeat(np.asarray(v)[None], c, 0) for k, v in shared.items()}
+            params.update(state["private"])
+        params = {k: tf.constant(v) for k, v in params.items()}
+        if self.local.name == "deep_kernel_gp":
+            valid = tf.cast(tf.range(train["x"].shape[1])[None, :] < train["num_examples"][:, None], tf.float32)
+            return gp_predict(params, tf.constant(train["x"]), tf.constant(train["y"]), valid, tf.constant(x)).numpy()
+        return remnet_forward(params, tf.constant(x)).numpy()
