@@ -1,5 +1,4 @@
 import asyncio
-import csv
 import dataclasses
 import json
 import os
@@ -8,43 +7,8 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
-from tff_radiomap.data import synthetic
+from tests.experiments.run_rows import rows_of as _rows
 from tff_radiomap.experiments import privacy_radiomap as experiment
-
-
-@pytest.fixture(scope="module")
-def data_root(tmp_path_factory):
-    spec = synthetic.DatasetSpec(maps=8, transmitters=3, size=64, seed=5)
-    return synthetic.generate_dataset(str(tmp_path_factory.mktemp("rms")), spec, progress=False)
-
-
-@pytest.fixture(scope="module")
-def config(data_root):
-    # 8 maps: 6 train maps over 3 clients, 2 a round; round 1 trains stage 1, rounds 2-3 stage 2.
-    return experiment.ExperimentConfig(
-        data_root=data_root, resolution=32, width=0.25, rounds=3, stage1_rounds=1, num_clients=3,
-        clients_per_round=2, batch_size=4, client_learning_rate=3e-3,
-    )
-
-
-@pytest.fixture(scope="module")
-def cached_trainers():
-    """build_trainer memoised per config: the trainers are pure functions of it, and building the
-    TFF processes is the slow part of a run."""
-    cache = {}
-    build = experiment.build_trainer
-
-    def cached(config, data, **kwargs):
-        if config not in cache:
-            cache[config] = build(config, data, **kwargs)
-        return cache[config]
-
-    return cached
-
-
-def _rows(output_dir):
-    with open(os.path.join(output_dir, "metrics.csv")) as f:
-        return list(csv.DictReader(f))
 
 
 def test_interrupted_run_resumes_and_ends_like_an_uninterrupted_one(tff_runtime, config, cached_trainers, tmp_path, monkeypatch):
@@ -185,72 +149,6 @@ def test_an_attack_larger_than_the_data_is_refused_before_training(config, tmp_p
     with pytest.raises(experiment.DataTooSmallError, match="--attack_train_traces=500 --attack_test_traces=10: expected together at most the 24 samples of"):
         experiment.run(big, str(tmp_path / "run"), progress=False)
     assert not os.path.exists(tmp_path / "run" / "config.json")
-
-
-def test_an_adaptive_run_with_the_attack_is_the_same_run_to_run_and_across_a_resume(tff_runtime, config, cached_trainers, tmp_path, monkeypatch):
-    """The attack's noise, the allocator's picks and noise, and its proxy attacker and optimizer
-    state (saved beside the program state) make a resumed run equal to an uninterrupted one."""
-    monkeypatch.setattr(experiment, "build_trainer", cached_trainers)
-    adaptive = dataclasses.replace(config, defense="adaptive", attack_every=1, attack_train_traces=16, attack_test_traces=8)
-    # Rounds 1-2 of `resumed` are a second fresh run (run-to-run identity), round 3 comes after the resume.
-    first, resumed = str(tmp_path / "first"), str(tmp_path / "resumed")
-    experiment.run(adaptive, first, progress=False)
-    assert experiment.run(adaptive, resumed, progress=False, stop_after_round=2) == {"stopped_after_round": 2}
-    assert sorted(os.listdir(os.path.join(resumed, "allocator_state"))) == ["round_1.npz", "round_2.npz"]
-    experiment.run(adaptive, resumed, progress=False)
-
-    rows = {name: _rows(str(tmp_path / name)) for name in ("first", "resumed")}
-    checked = [k for k in rows["first"][0] if k.startswith(("attack_", "allocator/")) or k in ("train_loss", "val_mse")]
-    assert {"attack_rmse_m", "allocator/proxy_loss", "allocator/weight_residual"} <= set(checked)
-    assert [r["round"] for r in rows["resumed"]] == ["1", "2", "3"]
-    for a, b in zip(rows["first"], rows["resumed"]):
-        for key in checked:
-            np.testing.assert_allclose(float(b[key]), float(a[key]), rtol=1e-5, err_msg=f"round {a['round']} {key}")
-    assert all(float(r["allocator/skipped"]) == 0 for r in rows["first"])
-
-
-def test_resuming_an_adaptive_run_without_its_allocator_state_is_refused(tff_runtime, config, cached_trainers, tmp_path, monkeypatch):
-    monkeypatch.setattr(experiment, "build_trainer", cached_trainers)
-    adaptive = dataclasses.replace(config, defense="adaptive")
-    out = str(tmp_path / "run")
-    experiment.run(adaptive, out, progress=False, stop_after_round=1)
-    os.remove(os.path.join(out, "allocator_state", "round_1.npz"))
-    with pytest.raises(FileNotFoundError, match="round_1.npz: the adaptive allocator's state saved with round 1 is missing"):
-        experiment.run(adaptive, out, progress=False)
-
-
-def test_subspace_run_refreshes_its_twin_basis_and_resumes_exactly(tff_runtime, config, tmp_path):
-    from tff_radiomap.data import twin
-    from tff_radiomap.experiments import privacy_defenses
-
-    twin_root = twin.ensure_twin(config.data_root, positions=4, out_root=str(tmp_path / "twin"))
-    sub = dataclasses.replace(
-        config, defense="subspace", noise_multiplier=0.01, twin_root=twin_root, basis_positions=4, basis_k_per_map=2,
-        basis_every=2, attack_every=1, attack_train_traces=12, attack_test_traces=6,
-    )
-    a, b = str(tmp_path / "a"), str(tmp_path / "b")
-    experiment.run(sub, a, progress=False, stop_after_round=2)
-    resumed = experiment.run(sub, a, progress=False)  # Round 3 is not a refresh: its basis is read back.
-    straight = experiment.run(sub, b, progress=False)
-    rows = _rows(a)
-    # Refreshed at each phase's first round (1, 2), not at 3 (basis_every=2).
-    assert [r["basis_refreshed"] for r in rows] == ["1", "1", "0"]
-    for ra, rb in zip(rows, _rows(b)):
-        for key in ("train_loss", "val_mse", "attack_rmse_m", "attack_plain_rmse_m", "attack_aware_rmse_m"):
-            np.testing.assert_allclose(float(ra[key]), float(rb[key]), rtol=1e-4, err_msg=key)
-    assert resumed["final_val_mse"] == pytest.approx(straight["final_val_mse"], rel=1e-5)
-    # 8 maps x 2 directions, orthonormal, per phase.
-    for phase in (1, 2):
-        v = privacy_defenses.subspace_noise.read_basis(os.path.join(a, "basis", f"phase{phase}.bin")).numpy()
-        assert v.shape[1] == 16
-        np.testing.assert_allclose(v.T @ v, np.eye(16), atol=1e-4)
-    for r in rows:  # The stronger attacker is the one reported.
-        assert float(r["attack_rmse_m"]) == min(float(r["attack_plain_rmse_m"]), float(r["attack_aware_rmse_m"]))
-    # Resuming between refreshes without the basis file cannot be exact, and says so.
-    refresher = privacy_defenses.BasisRefresher(sub, str(tmp_path / "empty"), {})
-    assert not refresher.due(3)
-    with pytest.raises(FileNotFoundError, match="phase2.bin"):
-        refresher.before_round(None, None, 3)
 
 
 @pytest.mark.parametrize("defense", ["none", "uniform"])
