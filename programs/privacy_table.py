@@ -78,7 +78,6 @@ def main(argv):
     except ValueError as exc:
         common.fail(str(exc))
 
-
     seeds = [int(s) for s in FLAGS.seeds]
 
     def floors(config):

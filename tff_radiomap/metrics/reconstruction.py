@@ -53,10 +53,13 @@ class Evaluator:
         self._stage1 = tf.function(lambda x: stage1(x, training=False))
         self._coarse_cache = (None, None)  # (stage-1 weights' digest, coarse maps per batch)
 
-    def _sum(self, fn) -> np.ndarray:
+    def _sum(self, fn, coarse_maps=None) -> np.ndarray:
+        """Mean over the set of `fn`'s per-batch sums of squared errors, one entry per output of
+        `fn(x, y)`, or of `fn(x, coarse, y)` with the batches' `coarse_maps`; float64, in batch order."""
         total = None
-        for x, y in self._data:
-            part = np.asarray([float(v) for v in tf.nest.flatten(fn(x, y))])
+        for i, (x, y) in enumerate(self._data):
+            args = (x, y) if coarse_maps is None else (x, coarse_maps[i], y)
+            part = np.asarray([float(v) for v in tf.nest.flatten(fn(*args))])
             total = part if total is None else total + part
         return total / self._count
 
@@ -70,15 +73,12 @@ class Evaluator:
         """The MSE of the output of the stage `phase` trains. Stage 2 trains on a frozen stage 1, so
         the coarse maps of the set are kept while stage 1's weights stay the same (the refined MSE
         is the same as `mse_both`'s, bit for bit)."""
+        if phase not in (Phase.STAGE1, Phase.STAGE2):
+            return self.mse_both(weights)[1]
         weights.assign_to(self._net)
         if phase == Phase.STAGE1:
             return float(self._sum(self._coarse_squared_errors)[0])
-        if phase != Phase.STAGE2:
-            return self.mse_both(weights)[1]
         digest = hashlib.sha1(b"".join(np.ascontiguousarray(w).tobytes() for w in weights.stage1)).digest()
         if self._coarse_cache[0] != digest:
             self._coarse_cache = (digest, [self._stage1(x) for x, _ in self._data])
-        total = 0.0
-        for (x, y), coarse in zip(self._data, self._coarse_cache[1]):
-            total += float(self._refined_squared_errors(x, coarse, y))
-        return total / self._count
+        return float(self._sum(self._refined_squared_errors, self._coarse_cache[1])[0])
