@@ -276,3 +276,15 @@ def test_batched_subspace_traces_equal_the_per_sample_ones(tiny):
         w = defense.aware_weights(sigma[0], "whitened")
         whitened = [defense.whiten(n, w) for n in noised]
         np.testing.assert_allclose(views["whitened"][i], attack.fingerprint(whitened, transposed).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_one_traced_graph_serves_every_chunk_length(tiny):
+    # Train, held-out and extra pools and a short last chunk differ in length: one graph for all.
+    cfg, model, samples = tiny
+    defense = UniformNoiseFactory(1.0, 3.0, groups=G.radiounet_groups(cfg, keras_wrap.Phase.STAGE1))
+    collector = attack.TraceCollector(model, tff.learning.optimizers.build_sgdm(0.05), steps=1, defense=defense)
+    x, y = samples["x"], samples["y"]
+    whole = collector.collect(x[:5], y[:5], seed=(2, 0))
+    np.testing.assert_array_equal(collector.collect(x[:5], y[:5], chunk=3, seed=(2, 0)), whole)
+    collector.collect(x[5:7], y[5:7], seed=(2, 1))
+    assert sum(f.experimental_get_tracing_count() for f in collector._traced.values()) == 1

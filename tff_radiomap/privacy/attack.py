@@ -123,7 +123,8 @@ class TraceCollector:
         # A defense whose noise mixes coordinates (a subspace) privatizes a chunk's uploads at once.
         self.batched = hasattr(defense, "privatize_batch")
         self.shapes = [tuple(int(d) for d in v.shape) for v in model.trainable_variables]
-        self._traces = tf.function(self._traces_batched_impl if self.batched else self._traces_impl)
+        self._impl = self._traces_batched_impl if self.batched else self._traces_impl
+        self._traced = {}  # (extras given, seeded) -> tf.function with a batch-free signature.
 
     def _trace_impl(self, x, y, extras, seed):
         uploads = local_training.local_updates(self.model, self.optimizer, x, y, self.steps)
@@ -164,6 +165,31 @@ class TraceCollector:
         views = [noised] + [self.defense.whiten_batch(noised, self.defense.aware_weights(sigma, v)) for v in self.variants[1:]]
         return tf.stack([fingerprint_batch(tf.reshape(v, [n, self.steps, d]), self.shapes, self.transposed) for v in views], axis=1)
 
+    def _traces_fn(self, x, y, extras, seeded: bool):
+        """`traces(x, y, extras, seeds)` for chunks of samples: one graph per collector whatever the
+        chunk's length (the train, held-out and extra pools and a short last chunk share it)."""
+        extras_spec = None if extras is None else tf.nest.map_structure(tf.TensorSpec.from_tensor, extras)
+        key = (repr(extras_spec), seeded)  # The extras' layout may differ (initial vs a round's state).
+        if key not in self._traced:
+            signature = [tf.TensorSpec([None, *x.shape[1:]], tf.float32), tf.TensorSpec([None, *y.shape[1:]], tf.float32)]
+            has_extras = extras is not None
+            if has_extras:
+                signature.append(extras_spec)
+            if seeded:
+                signature.append(tf.TensorSpec([None, 2], tf.int64))
+
+            def impl(x, y, *rest):
+                extras_arg = rest[0] if has_extras else None
+                return self._impl(x, y, extras_arg, rest[-1] if seeded else None)
+
+            self._traced[key] = tf.function(impl, input_signature=signature)
+        fn = self._traced[key]
+
+        def traces(x, y, extras, seeds):
+            return fn(x, y, *[a for a in (extras, seeds) if a is not None])
+
+        return traces
+
     def collect(self, x: np.ndarray, y: np.ndarray, chunk: int | None = None, seed: tuple[int, int] | None = None) -> np.ndarray:
         """Fingerprints [N, F] of the traces of samples x [N, r, r, 2], y [N, r, r, 1] (the plain view).
 
@@ -185,8 +211,9 @@ class TraceCollector:
         if seed is not None:
             # Sample i, step s: [seed0, seed1 * 2^20 + 8 i + s] (distinct for up to 131072 samples, 8 steps).
             seeds = np.stack([np.full(len(x), seed[0]), seed[1] * 2**20 + 8 * np.arange(len(x))], axis=1).astype(np.int64)
+        traces = self._traces_fn(x, y, extras, seeds is not None)
         out = [
-            self._traces(
+            traces(
                 tf.constant(x[s : s + chunk], tf.float32),
                 tf.constant(y[s : s + chunk], tf.float32),
                 extras,
