@@ -41,9 +41,9 @@ def make_factory(name: str, config, phase: Phase, basis_dir: str | None = None):
         if basis_dir is None:
             raise ValueError("the subspace defense needs a basis folder (basis_dir)")
         return SubspaceNoiseFactory(c, nu, subspace_groups(config, phase), share=config.subspace_share, basis_path=basis_path(basis_dir, phase), seed=seed)
-    g = groups.radiounet_groups(config.model_config(), phase)
     if name == "clip":
         return ClipOnlyFactory(c)
+    g = groups.radiounet_groups(config.model_config(), phase)
     if name == "uniform":
         return UniformNoiseFactory(c, nu, groups=g, seed=seed)
     if name == "directed":
