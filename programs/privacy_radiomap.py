@@ -46,6 +46,7 @@ flags.DEFINE_string("defense", _DEFAULTS.defense, f"One of: {', '.join(sorted(ex
 flags.DEFINE_float("clip_norm", _DEFAULTS.clip_norm, "L2 clipping norm C of the privacy defenses.")
 flags.DEFINE_float("noise_multiplier", _DEFAULTS.noise_multiplier, "Noise multiplier nu; budget B = d (C nu)^2.")
 flags.DEFINE_float("sigma_min", _DEFAULTS.sigma_min, "Adaptive defense's per-coordinate noise floor (0: none).")
+flags.DEFINE_bool("fresh_noise", _DEFAULTS.fresh_noise, common.FRESH_NOISE_HELP)
 flags.DEFINE_integer("attack_every", _DEFAULTS.attack_every, "Run the localization attack at round 1, every n rounds and the last (0: never).")
 flags.DEFINE_integer("attack_train_traces", _DEFAULTS.attack_train_traces, "Labelled traces the attacker trains on.")
 flags.DEFINE_integer("attack_test_traces", _DEFAULTS.attack_test_traces, "Held-out traces the attack is scored on.")
@@ -143,6 +144,7 @@ def _config() -> experiment.ExperimentConfig:
             clip_norm=FLAGS.clip_norm,
             noise_multiplier=FLAGS.noise_multiplier,
             sigma_min=FLAGS.sigma_min,
+            fresh_noise=FLAGS.fresh_noise,
             attack_every=FLAGS.attack_every,
             attack_train_traces=FLAGS.attack_train_traces,
             attack_test_traces=FLAGS.attack_test_traces,
