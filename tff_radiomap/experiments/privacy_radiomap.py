@@ -77,9 +77,9 @@ class ExperimentConfig:
     clip_norm: float = 1.0  # C
     noise_multiplier: float = 3.0  # nu; budget B = d (C nu)^2
     sigma_min: float = 0.0  # Adaptive defense's noise floor (0: none)
-    # The defenses' noise is seeded from `seed` (reproducible runs, exact resume); anyone who knows
-    # the seed can regenerate and subtract it. True: unseeded noise, the deployment setting (the run
-    # is then not reproducible and a resume is not bit-exact).
+    # The defenses' noise is seeded from `seed` (reproducible runs, exact resume): anyone who knows
+    # the seed can recompute it for a guessed update. True: unseeded noise, the deployment setting
+    # (the run is then not reproducible and a resume is not bit-exact).
     fresh_noise: bool = False
     attack_every: int = 0  # Attack at round 1, every n rounds and the last; 0: never
     attack_steps: int = 3  # S
