@@ -162,6 +162,17 @@ def _config() -> experiment.ExperimentConfig:
         common.fail(f"--{exc}")  # checked above (the subspace defense's) have their flag's name.
 
 
+def _privacy_text(summary: dict) -> str:
+    """'; max epsilon ...' of the summary's accounting ('' for a run finished before it existed)."""
+    privacy = summary.get("privacy")
+    if privacy is None or summary["defense"] == "centralised":
+        return ""
+    if privacy["max_epsilon"] is None:
+        return "; no privacy guarantee against an observer of the uploads"
+    seeded = "" if FLAGS.fresh_noise else ", seeded noise: not private in deployment"
+    return f"; max epsilon {privacy['max_epsilon']:.3g} at delta {privacy['delta']:g} per client{seeded}"
+
+
 def main(argv):
     common.reject_extra_args(argv)
     name = "centralised" if FLAGS.centralised else FLAGS.defense
@@ -202,6 +213,7 @@ def main(argv):
     print(
         f"{summary['defense']}: best validation MSE {summary['best_val_mse_db']:.2f} dB (round {summary['best_round']}), "
         f"final {summary['final_val_mse_db']:.2f} dB after {summary['rounds']} rounds ({summary['train_seconds']:.0f} s of training)"
+        + _privacy_text(summary)
     )
     print(f"results: {os.path.abspath(output_dir)} (metrics.csv, summary.json, config.json, {console.LOG_NAME}, tensorboard/)")
     for path in privacy_figures.paths(output_dir):
