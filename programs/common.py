@@ -10,6 +10,13 @@ import os
 import sys
 
 
+FRESH_NOISE_HELP = (
+    "Unseeded defense noise (the deployment setting): identical uploads get different noise; the run is then not "
+    "reproducible and a resume is not bit-exact. Default: noise seeded from --seed (with the round and the update), "
+    "which anyone who knows the seed can recompute."
+)
+
+
 class UsageError(SystemExit):
     pass
 

@@ -10,8 +10,9 @@ noise multiplier nu and seed in OUTPUT_DIR/<method>_nu<nu>_s<seed>/, with the at
 every --attack_every rounds and the last; a method without noise (none, clip, fedsgd) runs once
 per seed, in OUTPUT_DIR/<method>_s<seed>/ (its row has nu = 0). Then writes OUTPUT_DIR/front.csv
 and front.md (per method and nu: best validation MSE in dB and the final attacker RMSE in m, mean
-and std over seeds; the attacker RMSE averaged over a run's attacks; the constant-guess RMSE) and
-front.png (attacker RMSE against validation MSE, a line per method across nu).
+and std over seeds; the attacker RMSE averaged over a run's attacks; the constant-guess RMSE; the
+max epsilon at delta 1e-5 where the defense has a guarantee) and front.png (attacker RMSE against
+validation MSE, a line per method across nu).
 
   --jobs=3 (default)  three runs at a time, each this program for one method, nu and seed in its
                       own process (every flag given here is passed on; its output goes to
@@ -22,8 +23,10 @@ front.png (attacker RMSE against validation MSE, a line per method across nu).
   --set=F=V,...       any field F of `tff_radiomap.experiments.privacy_radiomap.ExperimentConfig`
                       for every run, V parsed by the field's type (a tuple's items go on after
                       its F=, comma-separated). Fields with a flag of their own (rounds,
-                      attack_every, clip_norm, data_root) and those of the grid (defense, seed,
-                      noise_multiplier) are refused there. stage1_rounds defaults to rounds // 2.
+                      attack_every, clip_norm, fresh_noise, data_root) and those of the grid
+                      (defense, seed, noise_multiplier) are refused there. stage1_rounds defaults to rounds // 2.
+  --fresh_noise       unseeded defense noise in every run (the deployment setting; see the README's
+                      "Noise seeds and epsilon"): not reproducible, a resume is not bit-exact.
   --report_only       write the front from the finished run folders present, naming the missing
                       ones; runs nothing.
 
@@ -55,6 +58,7 @@ flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds; the front reports mean and s
 flags.DEFINE_integer("rounds", 50, "Communication rounds of every run.")
 flags.DEFINE_integer("attack_every", 10, "Attack at round 1, every n rounds and the last.")
 flags.DEFINE_float("clip_norm", 1.0, "L2 clipping norm C of every defense.")
+flags.DEFINE_bool("fresh_noise", False, common.FRESH_NOISE_HELP)
 flags.DEFINE_list("set", [], "FIELD=VALUE,... of privacy_radiomap.ExperimentConfig for every run (see the module docstring).")
 flags.DEFINE_bool("overwrite", False, "Delete the results already in the run folders and run everything afresh.")
 flags.DEFINE_integer("jobs", 3, "Runs at a time, each in its own process (OUTPUT_DIR/<run>.log), costliest first; 1: one after another in this process.")
@@ -63,7 +67,7 @@ flags.DEFINE_bool("report", True, "Write the front once the runs have finished (
 
 # ExperimentConfig fields that --set may not hold: the flag (or grid axis) that sets each.
 OWN_FLAG = {"data_root": "data_root", "rounds": "rounds", "attack_every": "attack_every", "clip_norm": "clip_norm",
-            "defense": "methods", "seed": "seeds", "noise_multiplier": "noise_multipliers"}
+            "fresh_noise": "fresh_noise", "defense": "methods", "seed": "seeds", "noise_multiplier": "noise_multipliers"}
 
 
 def validate() -> dict:
@@ -100,7 +104,10 @@ def _positive(text: str) -> bool:
 def base_config(data_root: str, settings: dict):
     """The ExperimentConfig of every run (the grid sets defense, seed, noise_multiplier); exit 2
     naming --set if a run of the grid would not be a valid configuration."""
-    fields = dict(data_root=data_root, rounds=FLAGS.rounds, stage1_rounds=FLAGS.rounds // 2, attack_every=FLAGS.attack_every, clip_norm=FLAGS.clip_norm)
+    fields = dict(
+        data_root=data_root, rounds=FLAGS.rounds, stage1_rounds=FLAGS.rounds // 2, attack_every=FLAGS.attack_every, clip_norm=FLAGS.clip_norm,
+        fresh_noise=FLAGS.fresh_noise,
+    )
     try:
         base = experiment.ExperimentConfig(**{**fields, **settings})
         privacy_front.grid(base, FLAGS.methods, _nus(), _seeds(), FLAGS.output_dir)  # Each run's config is checked.

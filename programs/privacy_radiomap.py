@@ -46,6 +46,7 @@ flags.DEFINE_string("defense", _DEFAULTS.defense, f"One of: {', '.join(sorted(ex
 flags.DEFINE_float("clip_norm", _DEFAULTS.clip_norm, "L2 clipping norm C of the privacy defenses.")
 flags.DEFINE_float("noise_multiplier", _DEFAULTS.noise_multiplier, "Noise multiplier nu; budget B = d (C nu)^2.")
 flags.DEFINE_float("sigma_min", _DEFAULTS.sigma_min, "Adaptive defense's per-coordinate noise floor (0: none).")
+flags.DEFINE_bool("fresh_noise", _DEFAULTS.fresh_noise, common.FRESH_NOISE_HELP)
 flags.DEFINE_integer("attack_every", _DEFAULTS.attack_every, "Run the localization attack at round 1, every n rounds and the last (0: never).")
 flags.DEFINE_integer("attack_train_traces", _DEFAULTS.attack_train_traces, "Labelled traces the attacker trains on.")
 flags.DEFINE_integer("attack_test_traces", _DEFAULTS.attack_test_traces, "Held-out traces the attack is scored on.")
@@ -143,6 +144,7 @@ def _config() -> experiment.ExperimentConfig:
             clip_norm=FLAGS.clip_norm,
             noise_multiplier=FLAGS.noise_multiplier,
             sigma_min=FLAGS.sigma_min,
+            fresh_noise=FLAGS.fresh_noise,
             attack_every=FLAGS.attack_every,
             attack_train_traces=FLAGS.attack_train_traces,
             attack_test_traces=FLAGS.attack_test_traces,
@@ -158,6 +160,17 @@ def _config() -> experiment.ExperimentConfig:
         )
     except ValueError as exc:  # The config's own checks ("field=value: expected ..."); fields not
         common.fail(f"--{exc}")  # checked above (the subspace defense's) have their flag's name.
+
+
+def _privacy_text(summary: dict) -> str:
+    """'; max epsilon ...' of the summary's accounting ('' for a run finished before it existed)."""
+    privacy = summary.get("privacy")
+    if privacy is None or summary["defense"] == "centralised":
+        return ""
+    if privacy["max_epsilon"] is None:
+        return "; no privacy guarantee against an observer of the uploads"
+    seeded = "" if FLAGS.fresh_noise else ", seeded noise: not private in deployment"
+    return f"; max epsilon {privacy['max_epsilon']:.3g} at delta {privacy['delta']:g} per client{seeded}"
 
 
 def main(argv):
@@ -200,6 +213,7 @@ def main(argv):
     print(
         f"{summary['defense']}: best validation MSE {summary['best_val_mse_db']:.2f} dB (round {summary['best_round']}), "
         f"final {summary['final_val_mse_db']:.2f} dB after {summary['rounds']} rounds ({summary['train_seconds']:.0f} s of training)"
+        + _privacy_text(summary)
     )
     print(f"results: {os.path.abspath(output_dir)} (metrics.csv, summary.json, config.json, {console.LOG_NAME}, tensorboard/)")
     for path in privacy_figures.paths(output_dir):

@@ -31,6 +31,7 @@ flags.DEFINE_integer("rounds", 50, "Communication rounds of every run.")
 flags.DEFINE_integer("attack_every", 10, "Attack at round 1, every n rounds and the last.")
 flags.DEFINE_float("clip_norm", 1.0, "L2 clipping norm C.")
 flags.DEFINE_float("noise_multiplier", 3.0, "Noise multiplier nu of every noise defense.")
+flags.DEFINE_bool("fresh_noise", False, common.FRESH_NOISE_HELP)
 flags.DEFINE_enum("server_optimizer", "sgd", ["adam", "sgd"], "Server optimizer (the same for all methods).")
 flags.DEFINE_float("server_learning_rate", 1.0, "Server learning rate (the same for all methods).")
 flags.DEFINE_bool("overwrite", False, "Delete the results already in the run folders and the table, and run everything afresh.")
@@ -72,6 +73,7 @@ def main(argv):
             attack_every=FLAGS.attack_every,
             clip_norm=FLAGS.clip_norm,
             noise_multiplier=FLAGS.noise_multiplier,
+            fresh_noise=FLAGS.fresh_noise,
             server_optimizer=FLAGS.server_optimizer,
             server_learning_rate=FLAGS.server_learning_rate,
         )

@@ -25,6 +25,7 @@ class _Config:
     clip_norm: float = 0.01  # Small enough that nu = 3 noise under server SGD(1.0) keeps the model finite.
     noise_multiplier: float = 3.0
     sigma_min: float = 0.0
+    fresh_noise: bool = False
     seed: int = 0
     client_optimizer: str = "sgd"
     client_learning_rate: float = 0.05

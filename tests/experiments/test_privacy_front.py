@@ -69,10 +69,11 @@ def test_front_csv_holds_one_row_per_method_and_nu_with_means_over_seeds(runs):
         rows = list(reader)
     assert reader.fieldnames == [
         "method", "noise_multiplier", "seeds", "best_val_mse_db_mean", "best_val_mse_db_std", "final_attack_rmse_m_mean",
-        "final_attack_rmse_m_std", "mean_attack_rmse_m_mean", "constant_rmse_m",
-    ]
+        "final_attack_rmse_m_std", "mean_attack_rmse_m_mean", "constant_rmse_m", "max_epsilon",
+    ]  # The columns of fronts written before max_epsilon, then it.
     assert [(r["method"], float(r["noise_multiplier"]), int(r["seeds"])) for r in rows] == [("none", 0.0, 2), ("uniform", 0.01, 2)]
-    none, uniform = ({k: float(v) for k, v in r.items() if k != "method"} for r in rows)
+    assert [r["max_epsilon"] for r in rows] == ["", ""]  # Not known: these runs have no config.json.
+    none, uniform = ({k: float(v) for k, v in r.items() if k not in ("method", "max_epsilon")} for r in rows)
     assert none["best_val_mse_db_mean"] == pytest.approx(-21.0) and none["best_val_mse_db_std"] == pytest.approx(1.0)
     assert none["final_attack_rmse_m_mean"] == pytest.approx(25.0) and none["final_attack_rmse_m_std"] == pytest.approx(5.0)
     assert none["mean_attack_rmse_m_mean"] == pytest.approx(30.0)  # (25 + 35) / 2.
@@ -81,7 +82,7 @@ def test_front_csv_holds_one_row_per_method_and_nu_with_means_over_seeds(runs):
     assert uniform["mean_attack_rmse_m_mean"] == pytest.approx((55.0 + 70.0) / 2)
     assert uniform["constant_rmse_m"] == pytest.approx(105.0)
     table = open(out["table_md"]).read()
-    assert "| none | 0 | 2 | -21.00 | 1.00 | 25.00 | 5.00 | 30.00 | 100.00 |" in table
+    assert "| none | 0 | 2 | -21.00 | 1.00 | 25.00 | 5.00 | 30.00 | 100.00 | n/a |" in table
     assert "uniform_nu0.01_s1: last attack at round 1 of 3" in table
     with open(out["figure"], "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n" and os.path.getsize(out["figure"]) > 10_000
@@ -121,3 +122,24 @@ def test_settings_are_parsed_by_field_type_and_an_unknown_field_is_named():
         pf.parse_settings(_Settings, ["flag=maybe"])
     with pytest.raises(ValueError, match="'count': expected FIELD=VALUE"):
         pf.parse_settings(_Settings, ["count"])
+
+
+def test_one_seed_has_no_std_and_max_epsilon_is_the_worst_seed_or_no_guarantee(runs):
+    """A row of one seed: empty std cells in front.csv, 'n/a' in front.md, no error bar in the
+    figure. max_epsilon from the runs' summary.json `privacy`: the worst seed's; 'no guarantee'
+    (empty in the CSV) if any run has none."""
+    for name, eps in (("uniform_nu0.01_s0", 12.5), ("uniform_nu0.01_s1", 14.0), ("uniform_nu0.1_s0", 3.25), ("none_s0", None), ("none_s1", None)):
+        path = os.path.join(runs, name, "summary.json")
+        summary = json.load(open(path))
+        summary["privacy"] = {"delta": 1e-5, "max_epsilon": eps, "clients_with_uploads": 3, "max_uploads_per_client": 2}
+        json.dump(summary, open(path, "w"))
+    out = pf.write_results(runs, ["none", "uniform"], [0.01, 0.1], [0, 1], skip_missing=True)
+    rows = {(r["method"], r["noise_multiplier"]): r for r in csv.DictReader(open(out["csv"]))}
+    one = rows[("uniform", "0.1")]
+    assert (one["seeds"], one["best_val_mse_db_mean"], one["best_val_mse_db_std"], one["final_attack_rmse_m_std"]) == ("1", "-5.0", "", "")
+    assert [rows[k]["max_epsilon"] for k in (("none", "0.0"), ("uniform", "0.01"), ("uniform", "0.1"))] == ["", "14.0", "3.25"]
+    table = open(out["table_md"]).read()
+    assert "| uniform | 0.1 | 1 | -5.00 | n/a | 95.00 | n/a | 92.50 | 100.00 | 3.25 |" in table
+    assert "| none | 0 | 2 | -21.00 | 1.00 | 25.00 | 5.00 | 30.00 | 100.00 | no guarantee |" in table
+    assert "| uniform | 0.01 | 2 | -14.00 | 1.00 | 65.00 | 5.00 | 62.50 | 105.00 | 14 |" in table
+    assert os.path.getsize(out["figure"]) > 10_000

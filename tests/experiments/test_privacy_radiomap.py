@@ -29,6 +29,7 @@ def test_interrupted_run_resumes_and_ends_like_an_uninterrupted_one(tff_runtime,
             np.testing.assert_allclose(float(a[key]), float(b[key]), rtol=1e-5, err_msg=key)
     for key in ("best_val_mse", "best_round", "final_val_mse"):
         np.testing.assert_allclose(resumed[key], uninterrupted[key], rtol=1e-5, err_msg=key)
+    assert resumed["privacy"] == uninterrupted["privacy"] and resumed["privacy"]["max_epsilon"] is None  # No Defense: no guarantee.
     assert json.load(open(os.path.join(interrupted, "config.json")))["defense"] == "none"
     assert os.listdir(os.path.join(interrupted, "tensorboard"))
     for name in ("curves.png", "predictions.png"):

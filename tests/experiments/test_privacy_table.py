@@ -57,7 +57,10 @@ def test_every_run_goes_through_run_fn_then_the_table_is_written(tmp_path):
     calls = []
     out = pt.run_table(_Config(), ["none", "uniform"], [0], root, run_fn=lambda c, d: calls.append((c, d)))
     assert calls == [(_Config(m, 0), os.path.join(root, f"{m}_s0")) for m in ("none", "uniform")]
-    assert os.path.exists(out["table_md"])
+    # One seed: no std ('n/a' in table1.md, an empty cell in table1.csv).
+    assert "| Uniform Noise | -10.00 +- n/a | 20.00 +- n/a | 100.00 |" in open(out["table_md"]).read()
+    rows = list(csv.DictReader(open(os.path.join(root, "table1.csv"))))
+    assert [(r["best_val_mse_db_mean"], r["best_val_mse_db_std"], r["final_attack_rmse_m_std"]) for r in rows] == [("-10.0", "", "")] * 2
 
 
 class _Data:
@@ -81,8 +84,8 @@ def test_floors_are_written_once_and_shown_with_the_runs_and_a_skipped_attack_sa
     assert calls == [_Config()]  # Computed once, then read from floors.json.
     table = open(out["table_md"]).read()
     assert f"all-zero output {floors['zero_output_db']:.2f} dB" in table and f"training maps {floors['train_mean_map_db']:.2f} dB" in table
-    assert "| Uniform Noise | 300.00 +- 0.00 | 30.00 +- 0.00 (round 1: later attacks skipped, model diverged) | 100.00 |" in table
-    assert "| No Defense | -10.00 +- 0.00 | 20.00 +- 0.00 | 100.00 |" in table
+    assert "| Uniform Noise | 300.00 +- n/a | 30.00 +- n/a (round 1: later attacks skipped, model diverged) | 100.00 |" in table
+    assert "| No Defense | -10.00 +- n/a | 20.00 +- n/a | 100.00 |" in table
 
 
 def test_concurrent_runs_start_costliest_first_and_a_failed_run_is_named_after_the_others_finish(tmp_path):

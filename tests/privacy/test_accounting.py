@@ -71,7 +71,7 @@ def test_each_factory_event_gives_the_epsilon_of_dp_accounting_directly(name, mu
         "directed": lambda: DirectedNoiseFactory(0.5, 3.0, groups=groups),
         "adaptive": lambda: AdaptiveGroupNoiseFactory(0.5, 3.0, groups=groups),
     }[name]()
-    event = getattr(factory, "dp_event", lambda: None)()
+    event = factory.dp_event()
     acc = accounting.PerClientAccountant(delta=1e-5)
     for r in range(12):
         acc.record_round([0, 1] if r % 3 == 0 else [0], event)
@@ -84,3 +84,36 @@ def test_each_factory_event_gives_the_epsilon_of_dp_accounting_directly(name, mu
             dp_accounting.GaussianDpEvent(multiplier), uploads
         ).get_epsilon(1e-5)
         assert acc.epsilon(client) == pytest.approx(direct, rel=1e-9)
+
+
+def test_state_round_trips_through_json_in_order_and_counts_are_summarised():
+    import json
+
+    acc = accounting.PerClientAccountant(delta=1e-5)
+    acc.record_round([2, 0], dp_accounting.GaussianDpEvent(0.7))
+    acc.record_round([0], dp_accounting.GaussianDpEvent(1.3))
+    acc.record_round([0, 5], dp_accounting.GaussianDpEvent(0.7))
+    assert acc.uploads(9) == 0 and 9 not in acc.summary()["per_client"]  # Asking does not add a client.
+    back = accounting.PerClientAccountant.from_state(json.loads(json.dumps(acc.state())), delta=1e-5)
+    assert back.state() == acc.state()
+    assert back.summary() == acc.summary()  # Bit for bit: the same events composed in the same order.
+    s = acc.summary()
+    assert (s["clients_with_uploads"], s["max_uploads_per_client"]) == (3, 3)
+    assert s["max_epsilon"] == acc.epsilon(0) and acc.epsilon(0) > acc.epsilon(2)
+    none = accounting.PerClientAccountant.from_state([[1, [[None, 2]]]])
+    assert none.epsilon(1) is None and none.summary()["max_uploads_per_client"] == 2
+    empty = accounting.PerClientAccountant().summary()
+    assert (empty["max_epsilon"], empty["clients_with_uploads"], empty["max_uploads_per_client"]) == (None, 0, 0)
+    acc.record_round([3], dp_accounting.LaplaceDpEvent(1.0))
+    with pytest.raises(TypeError, match="client 3: event .*LaplaceDpEvent.* has no JSON form"):
+        acc.state()
+
+
+def test_a_factory_that_claims_nothing_has_no_event():
+    from tff_radiomap.aggregators.client_perturbation import ClientPerturbationFactory
+
+    class Unclaimed(ClientPerturbationFactory):
+        def _client_sigmas(self, extras, clipped_flat, group_ids, groups):
+            raise NotImplementedError
+
+    assert Unclaimed(1.0, 3.0).dp_event() is None  # Noise, but no claim made: no guarantee.

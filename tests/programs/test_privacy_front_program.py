@@ -40,6 +40,7 @@ CASES = [
     (["--set=batch_size=4,local_epochs=x"], "--set='batch_size=4,local_epochs=x': local_epochs='x': expected int"),
     (["--set=seed=3"], "--set='seed=3': expected no seed: --seeds sets it"),
     (["--set=rounds=3"], "--set='rounds=3': expected no rounds: --rounds sets it"),
+    (["--set=fresh_noise=true"], "--set='fresh_noise=true': expected no fresh_noise: --fresh_noise sets it"),
     (["--set=clients_per_round=99"], "--set='clients_per_round=99': clients_per_round=99: expected 1..num_clients=14"),
     (["--set=stage1_rounds=9"], "--set='stage1_rounds=9': stage1_rounds=9: expected an integer in 0..rounds=4"),
     (["--report_only", "--noreport"], "--report=False: expected --report with --report_only"),
@@ -149,7 +150,7 @@ def test_children_get_every_flag_and_each_runs_its_one_run(roots):
     out = os.path.join(roots["out"], "children")
     args = [
         f"--data_root={roots['good']}", f"--output_dir={out}", "--methods=none,uniform", "--noise_multipliers=0.01,0.1", "--seeds=0,1",
-        "--rounds=2", "--attack_every=1", "--clip_norm=0.5", "--set=batch_size=4,attack_train_traces=10", "--jobs=2",
+        "--rounds=2", "--attack_every=1", "--clip_norm=0.5", "--set=batch_size=4,attack_train_traces=10", "--jobs=2", "--fresh_noise",
     ]
     result = _run("-c", _CHILDREN, "privacy_front", json.dumps(args))
     assert result["parent"] == 1  # Every recorded child "failed": the front is not written.
@@ -157,7 +158,7 @@ def test_children_get_every_flag_and_each_runs_its_one_run(roots):
     assert len(commands) == 6
     for command in commands:
         assert command[1:3] == ["-m", "programs.privacy_front"]
-        for expected in ("--rounds=2", "--attack_every=1", "--clip_norm=0.5", "--set=batch_size=4,attack_train_traces=10", "--jobs=1", "--noreport", f"--output_dir={out}"):
+        for expected in ("--rounds=2", "--attack_every=1", "--clip_norm=0.5", "--set=batch_size=4,attack_train_traces=10", "--jobs=1", "--noreport", f"--output_dir={out}", "--fresh_noise"):
             assert expected in command, (expected, command)
         assert len(command) - 3 == len(result["flag_names"])  # One argument per flag of the program.
     by_run = {}
@@ -170,6 +171,7 @@ def test_children_get_every_flag_and_each_runs_its_one_run(roots):
     assert by_run["none_s0"]["noise_multiplier"] == 0.0
     for config in by_run.values():
         assert (config["batch_size"], config["attack_train_traces"], config["clip_norm"], config["rounds"], config["stage1_rounds"]) == (4, 10, 0.5, 2, 1)
+        assert config["fresh_noise"] is True
         assert config["data_root"] == roots["good"]
 
 
@@ -178,12 +180,13 @@ def test_privacy_table_children_get_every_flag_too(roots):
     os.makedirs(out)
     with open(os.path.join(out, "floors.json"), "w") as f:  # Else computed first, from data too small for 14 clients.
         json.dump({}, f)
-    args = [f"--data_root={roots['good']}", f"--output_dir={out}", "--methods=none,clip", "--seeds=0", "--rounds=3", "--noise_multiplier=0.5"]
+    args = [f"--data_root={roots['good']}", f"--output_dir={out}", "--methods=none,clip", "--seeds=0", "--rounds=3", "--noise_multiplier=0.5", "--fresh_noise"]
     result = _run("-c", _CHILDREN, "privacy_table", json.dumps(args))
     assert result["parent"] == 1 and len(result["commands"]) == 2
     for command, child in zip(result["commands"], result["children"]):
         assert command[1:3] == ["-m", "programs.privacy_table"] and len(command) - 3 == len(result["flag_names"])
         assert "--rounds=3" in command and "--noise_multiplier=0.5" in command and "--jobs=1" in command and "--seeds=0" in command
+        assert "--fresh_noise" in command
         assert child["code"] == "started"
 
 
@@ -209,4 +212,6 @@ def test_a_front_of_two_rounds_on_tiny_data(tmp_path_factory):
         summary = json.load(open(out / ("fedsgd_s0" if row["method"] == "fedsgd" else "uniform_nu0.01_s0") / "summary.json"))
         assert float(row["best_val_mse_db_mean"]) == pytest.approx(summary["best_val_mse_db"])
         assert 0 < float(row["final_attack_rmse_m_mean"]) and 0 < float(row["constant_rmse_m"])
+        eps = summary["privacy"]["max_epsilon"]  # FedSGD: no guarantee (None, an empty cell); Uniform Noise: a number.
+        assert (row["max_epsilon"] == "") if row["method"] == "fedsgd" else (float(row["max_epsilon"]) == pytest.approx(eps) and eps > 0)
     assert (out / "front.png").stat().st_size > 10_000 and "| fedsgd | 0 | 1 |" in (out / "front.md").read_text()

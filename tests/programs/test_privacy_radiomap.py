@@ -59,6 +59,7 @@ def test_killed_mid_run_then_restarted_ends_with_the_csv_of_an_uninterrupted_run
     assert not re.search(r"^I\d{4} ", done.stderr, re.M), done.stderr[-2000:]  # INFO logging goes to log.txt.
     assert "Unable to register" not in done.stderr  # TensorFlow's CUDA-registration noise.
     assert f"results: {out}" in done.stdout
+    assert "; no privacy guarantee against an observer of the uploads" in done.stdout  # FedSGD: no defense, no epsilon.
     assert f"picture: {out / 'predictions.png'}" in done.stdout and (out / "curves.png").exists()
     assert processes.rows(out / "metrics.csv") == processes.rows(uninterrupted / "metrics.csv")
     assert [r["round"] for r in processes.rows(out / "metrics.csv")] == [str(r) for r in range(1, ROUNDS + 1)]

@@ -94,6 +94,16 @@ class ClientPerturbationFactory(tff.aggregators.UnweightedAggregationFactory, tf
             return tf.random.normal(shape) * sigma
         return tf.random.stateless_normal(shape, seed=seed) * sigma
 
+    # -- the privacy claim ------------------------------------------------------------------------
+    def dp_event(self):
+        """The `dp_accounting.DpEvent` of one upload against an observer of individual uploads
+        (add/remove adjacency of the client's update, sensitivity C), or None: no guarantee.
+
+        The base claims none; a subclass whose upload is a DP mechanism returns its event
+        (`privacy.accounting.PerClientAccountant` composes them over a client's uploads).
+        """
+        return None
+
     # -- what a defense-aware observer does ------------------------------------------------------
     def aware_variants(self) -> tuple[str, ...]:
         """Views a defense-aware observer takes of a privatized upload besides the plain one:

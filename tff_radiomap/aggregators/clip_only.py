@@ -14,6 +14,9 @@ class ClipOnlyFactory(ClientPerturbationFactory):
     def __init__(self, clip_norm: float, groups=None, inner_factory=None):
         super().__init__(clip_norm, noise_multiplier=0.0, groups=groups, inner_factory=inner_factory)
 
+    def dp_event(self):
+        return None  # No noise: the clipped update is released as it is.
+
     def aware_variants(self):
         return ()  # No noise: nothing to whiten.
 

@@ -19,6 +19,9 @@ class DirectedNoiseFactory(ClientPerturbationFactory):
             raise ValueError("DirectedNoiseFactory needs parameter groups with at least one transmitter-sensitive group")
         super().__init__(clip_norm, noise_multiplier, groups=groups, inner_factory=inner_factory, seed=seed)
 
+    def dp_event(self):
+        return None  # The residual group is released after clipping only (module docstring).
+
     def aware_variants(self):
         return ("whitened",)  # Noise-free groups exist: whitening is the projection.
 

@@ -32,16 +32,18 @@ def make_factory(name: str, config, phase: Phase, basis_dir: str | None = None):
     """The `tff.aggregators` factory of defense `name` for the uploads of `phase`.
 
     The subspace defense reads its basis from `basis_dir`/phase<P>.bin at every call
-    (`BasisRefresher` writes it); the other defenses ignore `basis_dir`.
+    (`BasisRefresher` writes it); the other defenses ignore `basis_dir`. The noise is seeded from
+    `config.seed`, or unseeded with `config.fresh_noise`.
     """
-    c, nu, seed = config.clip_norm, config.noise_multiplier, config.seed
+    c, nu = config.clip_norm, config.noise_multiplier
+    seed = None if config.fresh_noise else config.seed
     if name == "subspace":
         if basis_dir is None:
             raise ValueError("the subspace defense needs a basis folder (basis_dir)")
         return SubspaceNoiseFactory(c, nu, subspace_groups(config, phase), share=config.subspace_share, basis_path=basis_path(basis_dir, phase), seed=seed)
-    g = groups.radiounet_groups(config.model_config(), phase)
     if name == "clip":
         return ClipOnlyFactory(c)
+    g = groups.radiounet_groups(config.model_config(), phase)
     if name == "uniform":
         return UniformNoiseFactory(c, nu, groups=g, seed=seed)
     if name == "directed":

@@ -6,8 +6,11 @@ without noise (`NOISE_FREE`) runs once per seed, in `output_dir/<method>_s<seed>
 Then `write_results` writes
 
     front.csv, front.md   one row per (method, nu): best validation MSE (dB) and the attacker RMSE
-                          (m) at the last attack, mean and std over seeds; the attacker RMSE
-                          averaged over a run's attacks; the constant-guess floor
+                          (m) at the last attack, mean and std over seeds (std empty, 'n/a' in
+                          front.md, for one seed); the attacker RMSE averaged over a run's attacks;
+                          the constant-guess floor; the max epsilon (delta 1e-5) over the seeds'
+                          clients, empty ('no guarantee' in front.md) where a run's uploads have
+                          none (`privacy_accounting.max_epsilon_of_run`; replayed for old runs)
     front.png             attacker RMSE against best validation MSE, one line per method across
                           nu, error bars (std over seeds) in both axes, the constant guess dashed
 
@@ -27,7 +30,7 @@ import typing
 
 import numpy as np
 
-from tff_radiomap.experiments import privacy_table
+from tff_radiomap.experiments import privacy_accounting, privacy_table
 from tff_radiomap.experiments.privacy_table import LABELS
 
 NOISE_FREE = ("none", "clip", "fedsgd")  # Their runs do not depend on nu: one per seed.
@@ -41,7 +44,9 @@ COLUMNS = (
     "final_attack_rmse_m_std",
     "mean_attack_rmse_m_mean",
     "constant_rmse_m",
+    "max_epsilon",  # Last: the columns before it are those of fronts written before it existed.
 )
+STD_COLUMNS = tuple(c for c in COLUMNS if c.endswith("_std"))
 
 
 def cells(methods, noise_multipliers) -> list[tuple[str, float]]:
@@ -158,23 +163,33 @@ def front_rows(output_dir: str, methods, noise_multipliers, seeds, skip_missing:
                 missing.append(os.path.basename(run_dir))
                 continue
             with open(os.path.join(run_dir, "summary.json")) as f:
-                runs.append((seed, json.load(f), privacy_table.read_metrics(run_dir)))
+                summary = json.load(f)
+            runs.append((seed, summary, privacy_table.read_metrics(run_dir), privacy_accounting.max_epsilon_of_run(run_dir, summary)))
         if not runs:
             continue
-        last = [privacy_table.last_attack(metrics) for _, _, metrics in runs]
-        for (seed, _, metrics), (_, at) in zip(runs, last):
+        last = [privacy_table.last_attack(metrics) for _, _, metrics, _ in runs]
+        for (seed, _, metrics, _), (_, at) in zip(runs, last):
             final = max((int(r["round"]) for r in metrics), default=0)
             if at < final:
                 notes.append(f"{run_name(method, nu, seed)}: last attack at round {at} of {final} (later ones skipped: model not finite)")
-        best = privacy_table.mean_std([s["best_val_mse_db"] for _, s, _ in runs])
+        best = privacy_table.mean_std([s["best_val_mse_db"] for _, s, _, _ in runs])
         final_attack = privacy_table.mean_std([a for a, _ in last])
-        per_run_mean = [privacy_table.mean_std([r.get("attack_rmse_m", np.nan) for r in metrics])[0] for _, _, metrics in runs]
-        constant = [privacy_table.mean_std([r.get("attack_constant_rmse_m", np.nan) for r in metrics])[0] for _, _, metrics in runs]
+        per_run_mean = [privacy_table.mean_std([r.get("attack_rmse_m", np.nan) for r in metrics])[0] for _, _, metrics, _ in runs]
+        constant = [privacy_table.mean_std([r.get("attack_constant_rmse_m", np.nan) for r in metrics])[0] for _, _, metrics, _ in runs]
+        epsilons = [e for _, _, _, e in runs]
         rows.append(dict(zip(COLUMNS, (
             method, nu, len(runs), best[0], best[1], final_attack[0], final_attack[1],
             privacy_table.mean_std(per_run_mean)[0], privacy_table.mean_std(constant)[0],  # Run by run, then over seeds.
+            _worst(epsilons),
         ))))
     return rows, missing, notes
+
+
+def _worst(epsilons) -> float | None:
+    """The worst client of any seed: None (no guarantee) if a run has none, nan if one is not known."""
+    if any(e is None for e in epsilons):
+        return None
+    return float("nan") if any(not np.isfinite(e) for e in epsilons) else max(epsilons)
 
 
 def write_results(output_dir: str, methods, noise_multipliers, seeds, skip_missing: bool = False) -> dict:
@@ -188,7 +203,7 @@ def write_results(output_dir: str, methods, noise_multipliers, seeds, skip_missi
     with open(paths["csv"], "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({k: privacy_table.csv_cell(v) if k in STD_COLUMNS + ("max_epsilon",) else v for k, v in r.items()} for r in rows)
     with open(paths["md"], "w") as f:
         f.write(_markdown(rows, seeds, missing, notes))
     _figure(paths["png"], rows)
@@ -203,8 +218,17 @@ def _markdown(rows, seeds, missing, notes) -> str:
         "| " + " | ".join("---" for _ in COLUMNS) + " |",
     ]
     for r in rows:
-        values = [r["method"], f"{r['noise_multiplier']:g}", str(r["seeds"])] + [f"{r[c]:.2f}" for c in COLUMNS[3:]]
+        values = [r["method"], f"{r['noise_multiplier']:g}", str(r["seeds"])]
+        values += [privacy_table.std_text(r[c]) if c in STD_COLUMNS else f"{r[c]:.2f}" for c in COLUMNS[3:-1]]
+        eps = r["max_epsilon"]
+        values.append("no guarantee" if eps is None else "n/a" if not np.isfinite(eps) else f"{eps:.3g}")
         lines.append("| " + " | ".join(values) + " |")
+    lines += [
+        "",
+        f"max_epsilon: the worst client's epsilon at delta {privacy_accounting.DELTA:g} over the seeds, against an observer of "
+        "individual uploads (each client composes its own uploads; no amplification by sampling); 'no guarantee' where an "
+        "upload had none; 'n/a' where a run's is not known (no config.json). std 'n/a': fewer than two seeds with a value.",
+    ]
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
     if missing:
@@ -222,7 +246,8 @@ def _figure(path: str, rows) -> None:
     for method in dict.fromkeys(r["method"] for r in rows):
         points = sorted((r for r in rows if r["method"] == method), key=lambda r: r["noise_multiplier"])
         x, y = [p["best_val_mse_db_mean"] for p in points], [p["final_attack_rmse_m_mean"] for p in points]
-        bars = dict(xerr=[p["best_val_mse_db_std"] for p in points], yerr=[p["final_attack_rmse_m_std"] for p in points], capsize=3)
+        bar = lambda key: [np.nan_to_num(p[key]) for p in points]  # noqa: E731  (one seed: no bar)
+        bars = dict(xerr=bar("best_val_mse_db_std"), yerr=bar("final_attack_rmse_m_std"), capsize=3)
         if method == "none":
             ax.errorbar(x, y, **bars, color="k", marker="*", markersize=14, linestyle="none", zorder=3, label=LABELS["none"])
         else:

@@ -8,14 +8,17 @@ reference) for `config.rounds` rounds and writes to `output_dir`:
                        seconds, and the aggregator's / finalizer's measurements
     tensorboard/       the same values as TensorBoard scalars
     program_state/     `tff.program.FileProgramStateManager` checkpoints, one per round
-    summary.json       best and final validation MSE, written when the run completes
+    accounting/        the per-client privacy accountant saved with each checkpoint (`privacy_accounting`)
+    summary.json       best and final validation MSE and `privacy` (max epsilon at delta 1e-5 over
+                       the clients, None where an upload had no guarantee), written when the run completes
     curves.png, predictions.png   pictures of the finished run (`privacy_figures`); a finished
                        run found again without them gets them then
     log.txt            (programs only) the run's INFO logging, `programs/console.py`
 
 A run finding program state in `output_dir` resumes after the last saved round. Every random
-choice (initial weights, client sampling, shuffling) is a function of (seed, round), so the
-resumed run ends with the metrics of an uninterrupted one.
+choice (initial weights, client sampling, shuffling, the defenses' noise) is a function of
+(seed, round), so the resumed run ends with the metrics of an uninterrupted one; with
+`fresh_noise` the noise is unseeded and a resume is exact in everything but the noise.
 
 Defenses are rows of `DEFENSES`: a short name, the training protocol, and a function giving the
 model-update aggregator (`tff.aggregators` factory) for a phase. A new defense is one
@@ -38,7 +41,7 @@ import tensorflow_federated as tff
 from absl import logging
 
 from tff_radiomap.data import radiomapseer
-from tff_radiomap.experiments import privacy_defenses, privacy_figures
+from tff_radiomap.experiments import privacy_accounting, privacy_defenses, privacy_figures
 from tff_radiomap.learning import centralised, federated_data, keras_wrap, radiounet_process
 from tff_radiomap.learning.keras_wrap import Phase
 from tff_radiomap.metrics import reconstruction
@@ -74,6 +77,10 @@ class ExperimentConfig:
     clip_norm: float = 1.0  # C
     noise_multiplier: float = 3.0  # nu; budget B = d (C nu)^2
     sigma_min: float = 0.0  # Adaptive defense's noise floor (0: none)
+    # The defenses' noise is seeded from `seed` (reproducible runs, exact resume): anyone who knows
+    # the seed can recompute it for a guessed update. True: unseeded noise, the deployment setting
+    # (the run is then not reproducible and a resume is not bit-exact).
+    fresh_noise: bool = False
     attack_every: int = 0  # Attack at round 1, every n rounds and the last; 0: never
     attack_steps: int = 3  # S
     attack_train_traces: int = 1024
@@ -198,6 +205,13 @@ for _name, _text in (
     )
 
 
+def phase_factories(config: ExperimentConfig, basis_dir: str | None = None) -> dict:
+    """{phase: the defense's aggregation factory for that phase's uploads, or None} of the run."""
+    defense = DEFENSES[config.defense]
+    phases = (Phase.JOINT,) if defense.protocol == "fedsgd" else (Phase.STAGE1, Phase.STAGE2)
+    return {p: defense.model_aggregator(config, p, basis_dir) for p in phases}
+
+
 # ---------------------------------------------------------------------------------------------
 def build_trainer(config: ExperimentConfig, data: federated_data.FederatedRadioMaps, data_by_reference: bool = True, basis_dir: str | None = None):
     """The `PhasedProcess` (federated) or `CentralisedReference` that `config` describes.
@@ -274,7 +288,7 @@ class DataTooSmallError(ValueError):
     """The data set cannot serve the configuration (e.g. fewer samples than the attack needs)."""
 
 
-RUN_FILES = ("config.json", "metrics.csv", "summary.json", "program_state", "tensorboard", "allocator_state", "basis")
+RUN_FILES = ("config.json", "metrics.csv", "summary.json", "program_state", "tensorboard", "allocator_state", "basis", "accounting")
 
 
 def _check_config(config: ExperimentConfig, output_dir: str) -> bool:
@@ -338,6 +352,7 @@ def run(
     hooks = _privacy_hooks(config, basis_dir)  # Before the (slow) trainer: it checks the data can serve the attack.
     refresher = _basis_refresher(config, basis_dir, hooks)
     trainer = build_trainer(config, data, data_by_reference=data_by_reference, basis_dir=basis_dir)
+    events = privacy_accounting.phase_events(hooks.factories if hooks is not None else phase_factories(config, basis_dir))
     evaluator = reconstruction.Evaluator(config.model_config(), *data.val)
     if not config_saved:  # Only once the data loaded and the trainer built: a failed start leaves no config.
         _write_config(config, output_dir)
@@ -347,6 +362,7 @@ def run(
     try:
         program_state, done = _restore(loop, states, trainer)
         _restore_allocator(output_dir, hooks, done)
+        accountant = privacy_accounting.restore(output_dir, config, done, events)
         # Rows of rounds after the saved state (and a row cut short by a kill) go before resuming.
         run_folder.truncate_csv(os.path.join(output_dir, "metrics.csv"), done)
         releases = tff.program.GroupingReleaseManager([
@@ -358,10 +374,11 @@ def run(
         bar = _progress_bar(config, done, progress)
         for round_num in range(done + 1, config.rounds + 1):
             refreshed = refresher.before_round(trainer, program_state["trainer_state"], round_num) if refresher else {}
-            row = _train_round(config, data, trainer, evaluator, program_state, round_num, hooks)
+            row = _train_round(config, data, trainer, evaluator, program_state, round_num, hooks, (accountant, events))
             row.update(refreshed)
             loop.run_until_complete(releases.release(row, key=round_num))
-            _save_allocator(output_dir, hooks, round_num)  # Before the program state: resume needs both.
+            _save_allocator(output_dir, hooks, round_num)  # Before the program state: resume needs all three.
+            privacy_accounting.save(output_dir, accountant, round_num)
             loop.run_until_complete(states.save(_to_saved(trainer, program_state), round_num))
             bar.update(1)
             bar.set_postfix(phase=row["phase"], val_mse_db=f"{row['val_mse_db']:.2f}")
@@ -375,6 +392,7 @@ def run(
 
     _write_pictures(config, output_dir, data, trainer.network_weights(program_state["trainer_state"]))
     summary = _summary(config, program_state, wall_seconds=time.monotonic() - started)
+    summary["privacy"] = privacy_accounting.run_summary(accountant)
     run_folder.write_json(summary_path, summary)
     return summary
 
@@ -419,9 +437,7 @@ def _privacy_hooks(config: ExperimentConfig, basis_dir: str | None = None):
     if config.centralised or (config.attack_every == 0 and config.defense != "adaptive"):
         return None
     data = radiomapseer.RadioMapSeer(radiomapseer.LoaderConfig(root=config.data_root, resolution=config.resolution))
-    defense = DEFENSES[config.defense]
-    phases = (Phase.JOINT,) if defense.protocol == "fedsgd" else (Phase.STAGE1, Phase.STAGE2)
-    factories = {p: defense.model_aggregator(config, p, basis_dir) for p in phases}
+    factories = phase_factories(config, basis_dir)
     # The observer's labelled pool: every (map, transmitter) sample of the data set (building maps
     # are public; the held-out traces are other samples), plus its own simulations if given.
     pool = privacy_defenses.attacker_pool(data, np.arange(len(data.map_ids)))
@@ -451,11 +467,12 @@ def _warm_up(config: ExperimentConfig, data, trainer, done: int, refresher=None)
         trainer.warm_up(later, trainer.round_data(data, clients, done + 1, config.batch_size, config.local_epochs))
 
 
-def _train_round(config, data, trainer, evaluator, program_state, round_num: int, hooks=None) -> collections.OrderedDict:
+def _train_round(config, data, trainer, evaluator, program_state, round_num: int, hooks=None, accounting=None) -> collections.OrderedDict:
     """Runs round `round_num`, updates `program_state` in place, returns the round's metrics.
 
     With `hooks`: the attack runs on the model broadcast in this round (before training) when
-    due, and the adaptive allocator is trained after the round.
+    due, and the adaptive allocator is trained after the round. With `accounting` (a
+    `PerClientAccountant` and {phase: event}): the sampled clients' uploads are recorded in it.
     """
     t0 = time.monotonic()
     state = program_state["trainer_state"]
@@ -475,6 +492,8 @@ def _train_round(config, data, trainer, evaluator, program_state, round_num: int
         datasets = trainer.round_data(data, clients, round_num, config.batch_size, config.local_epochs)
         datasets = _inject_nan(config, round_num, clients, datasets)
         state, metrics = trainer.next(state, round_num, datasets)
+        if accounting is not None:
+            privacy_accounting.record_round(*accounting, config.phase_for_round(round_num), clients)
         if hooks is not None:
             state, measured = hooks.train_allocator(trainer, state, round_num)
             extra.update(measured)

@@ -223,11 +223,22 @@ def mse_floors(data) -> dict:
 
 
 def mean_std(values) -> tuple[float, float]:
-    """Mean and (population) std of the finite `values`; (nan, nan) if there is none."""
+    """Mean and (population) std of the finite `values`; the std is nan (n/a) for fewer than two,
+    the mean nan for none: one seed says nothing about the spread."""
     values = np.asarray([v for v in values if np.isfinite(v)], float)
     if not len(values):
         return float("nan"), float("nan")
-    return float(values.mean()), float(values.std())
+    return float(values.mean()), float(values.std()) if len(values) > 1 else float("nan")
+
+
+def std_text(std: float) -> str:
+    """A std for a table: 'n/a' where there is none (one seed)."""
+    return "n/a" if not np.isfinite(std) else f"{std:.2f}"
+
+
+def csv_cell(value):
+    """A nan std (or a None) as an empty CSV cell; other values as they are."""
+    return "" if value is None or (isinstance(value, float) and not np.isfinite(value)) else value
 
 
 def write_results(output_dir: str, methods, seeds) -> dict:
@@ -253,7 +264,7 @@ def write_results(output_dir: str, methods, seeds) -> dict:
     with open(os.path.join(output_dir, "table1.csv"), "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({k: csv_cell(v) if k.endswith("_std") else v for k, v in r.items()} for r in rows)
     lines = [
         f"Table I ({len(seeds)} seed(s): {', '.join(map(str, seeds))})",
         "",
@@ -263,8 +274,8 @@ def write_results(output_dir: str, methods, seeds) -> dict:
     for r in rows:
         at = "" if r["last_attack_round"] >= r["rounds"] else f" (round {r['last_attack_round']}: later attacks skipped, model diverged)"
         lines.append(
-            f"| {r['method']} | {r['best_val_mse_db_mean']:.2f} +- {r['best_val_mse_db_std']:.2f} | "
-            f"{r['final_attack_rmse_m_mean']:.2f} +- {r['final_attack_rmse_m_std']:.2f}{at} | {r['constant_guess_rmse_m']:.2f} |"
+            f"| {r['method']} | {r['best_val_mse_db_mean']:.2f} +- {std_text(r['best_val_mse_db_std'])} | "
+            f"{r['final_attack_rmse_m_mean']:.2f} +- {std_text(r['final_attack_rmse_m_std'])}{at} | {r['constant_guess_rmse_m']:.2f} |"
         )
     floors = _read_floors(output_dir)
     if floors:

@@ -47,7 +47,7 @@ class PerClientAccountant:
             self._uploads[k][event] += 1
 
     def uploads(self, client_id) -> int:
-        return sum(self._uploads[client_id].values())
+        return sum(self._uploads.get(client_id, {}).values())
 
     def event(self, client_id) -> dp_accounting.DpEvent | None:
         """The composed event of the client's uploads; None if any upload had no guarantee."""
@@ -62,19 +62,37 @@ class PerClientAccountant:
         event = self.event(client_id)
         return None if event is None else epsilon_of(event, self.delta, self.orders)
 
-    def state(self) -> dict:
-        """A JSON-able record of the uploads (for checkpoints)."""
-        return {
-            str(k): [[None if e is None else e.noise_multiplier, n] for e, n in c.items()] for k, c in self._uploads.items()
-        }
+    def state(self) -> list:
+        """A JSON-able record of the uploads (for checkpoints): [[client id, [[noise multiplier or
+        None, uploads], ...]], ...] in recording order; `from_state` undoes it. Client ids must be
+        JSON values (ints, strings); events Gaussian or None."""
+        out = []
+        for k, counts in self._uploads.items():
+            for e in counts:
+                if e is not None and not isinstance(e, dp_accounting.GaussianDpEvent):
+                    raise TypeError(f"client {k!r}: event {e!r} has no JSON form; expected a GaussianDpEvent or None")
+            out.append([k, [[None if e is None else e.noise_multiplier, n] for e, n in counts.items()]])
+        return out
+
+    @classmethod
+    def from_state(cls, state: list, delta: float = 1e-5, orders=DEFAULT_ORDERS) -> "PerClientAccountant":
+        """The accountant whose `state()` is `state`."""
+        acc = cls(delta, orders)
+        for k, counts in state:
+            for multiplier, n in counts:
+                acc._uploads[k][None if multiplier is None else dp_accounting.GaussianDpEvent(multiplier)] += int(n)
+        return acc
 
     def summary(self) -> dict:
-        """Per-client epsilon and the worst case over clients (None where there is no guarantee)."""
+        """Per-client epsilon, the worst case over clients (None where there is no guarantee or no
+        upload), the number of clients that uploaded and the most uploads of one client."""
         per_client = {k: self.epsilon(k) for k in self._uploads}
         finite = [e for e in per_client.values() if e is not None]
         guaranteed = bool(per_client) and len(finite) == len(per_client)
         return {
             "delta": self.delta,
             "max_epsilon": max(finite) if guaranteed else None,
+            "clients_with_uploads": sum(1 for k in self._uploads if self.uploads(k) > 0),
+            "max_uploads_per_client": max((self.uploads(k) for k in self._uploads), default=0),
             "per_client": per_client,
         }

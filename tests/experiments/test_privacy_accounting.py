@@ -1,0 +1,124 @@
+"""The per-client accounting of a privacy run: every defense's event, the replay from (seed, round),
+the accountant saved with the checkpoints, and seeded against fresh noise."""
+
+import collections
+import dataclasses
+import json
+import os
+
+import dp_accounting
+import numpy as np
+import pytest
+import tensorflow_federated as tff
+
+from tests.experiments.run_rows import rows_of as _rows
+from tff_radiomap.experiments import privacy_accounting as pa
+from tff_radiomap.experiments import privacy_radiomap as experiment
+from tff_radiomap.learning import federated_data, keras_wrap
+from tff_radiomap.learning.keras_wrap import Phase
+from tff_radiomap.privacy import accounting
+
+
+def test_every_registered_defense_answers_dp_event(config, tmp_path):
+    expected = {"uniform": 0.5 / 1.0, "adaptive_floor": 0.2 / 1.0}
+    for name in sorted(experiment.DEFENSES) + ["adaptive_floor"]:
+        cfg = dataclasses.replace(
+            config, resolution=16, width=0.125, defense=name.split("_")[0], noise_multiplier=0.5, sigma_min=0.2 if name == "adaptive_floor" else 0.0
+        )
+        for phase, factory in experiment.phase_factories(cfg, str(tmp_path)).items():
+            event = None if factory is None else factory.dp_event()
+            assert event is None or isinstance(event, dp_accounting.DpEvent), (name, phase, event)
+            if name in expected:
+                assert event == dp_accounting.GaussianDpEvent(pytest.approx(expected[name])), (name, phase)
+            else:  # No Defense, FedSGD, Clip Only, Directed, Subspace, Adaptive without a floor.
+                assert event is None, (name, phase, event)
+
+
+def test_replay_counts_each_sampled_upload_of_both_stages_and_composes_like_dp_accounting(config):
+    cfg = dataclasses.replace(config, defense="uniform", noise_multiplier=0.8, rounds=7, stage1_rounds=3)
+    acc = pa.replay(cfg)
+    counts = collections.Counter(int(k) for r in range(1, 8) for k in federated_data.sample_clients(cfg.seed, r, 3, 2))
+    assert {k: acc.uploads(k) for k in range(3)} == dict(counts) | {k: 0 for k in range(3) if k not in counts}
+    for k, n in counts.items():
+        direct = dp_accounting.rdp.RdpAccountant(accounting.DEFAULT_ORDERS).compose(dp_accounting.GaussianDpEvent(0.8), n).get_epsilon(1e-5)
+        assert acc.epsilon(k) == pytest.approx(direct, rel=1e-9)
+    summary = pa.run_summary(acc)
+    assert summary == {
+        "delta": 1e-5, "max_epsilon": max(acc.epsilon(k) for k in counts),
+        "clients_with_uploads": len(counts), "max_uploads_per_client": max(counts.values()),
+    }
+    assert pa.run_summary(pa.replay(dataclasses.replace(cfg, defense="directed")))["max_epsilon"] is None
+    assert pa.run_summary(pa.replay(dataclasses.replace(cfg, defense="none")))["max_epsilon"] is None
+    central = pa.run_summary(pa.replay(dataclasses.replace(cfg, defense="none", centralised=True)))
+    assert (central["max_epsilon"], central["clients_with_uploads"]) == (None, 0)
+    # A stage-2 event other than stage 1's counts for the clients of stage-2 rounds.
+    mixed = pa.replay(cfg, events={Phase.STAGE1: dp_accounting.GaussianDpEvent(0.8), Phase.STAGE2: None})
+    stage2 = {int(k) for r in range(4, 8) for k in federated_data.sample_clients(cfg.seed, r, 3, 2)}
+    assert all((mixed.epsilon(k) is None) == (k in stage2) for k in counts)
+
+
+def test_the_accountant_is_restored_from_its_file_or_replayed(config, tmp_path):
+    cfg = dataclasses.replace(config, defense="uniform", rounds=6, stage1_rounds=2)
+    events = pa.phase_events(experiment.phase_factories(cfg))
+    out = str(tmp_path)
+    for r in range(1, 6):
+        pa.save(out, pa.replay(cfg, r, events), r)
+    assert sorted(os.listdir(os.path.join(out, "accounting"))) == ["round_3.json", "round_4.json", "round_5.json"]  # The 3 newest.
+    restored = pa.restore(out, cfg, 5, events)
+    assert restored.state() == pa.replay(cfg, 5, events).state() and restored.summary() == pa.replay(cfg, 5, events).summary()
+    with open(pa.state_path(out, 4), "w") as f:  # What is read is the file, not a replay.
+        json.dump({"delta": 1e-5, "uploads": [[0, [[2.0, 1]]]]}, f)
+    assert pa.restore(out, cfg, 4, events).state() == [[0, [[2.0, 1]]]]
+    # A run saved before the accounting existed (no file at its round): replayed from (seed, round).
+    assert pa.restore(out, cfg, 2, events).state() == pa.replay(cfg, 2, events).state()
+    assert pa.restore(out, cfg, 0, events).state() == []
+
+
+def test_a_resumed_uniform_run_reports_the_epsilon_of_an_uninterrupted_one(tff_runtime, config, cached_trainers, tmp_path, monkeypatch):
+    monkeypatch.setattr(experiment, "build_trainer", cached_trainers)
+    cfg = dataclasses.replace(config, defense="uniform", noise_multiplier=0.01, rounds=2, stage1_rounds=1)  # A round of each stage.
+    interrupted, straight = str(tmp_path / "interrupted"), str(tmp_path / "straight")
+    experiment.run(cfg, interrupted, progress=False, stop_after_round=1)
+    with open(pa.state_path(interrupted, 1)) as f:
+        assert json.load(f)["uploads"] == pa.replay(cfg, 1).state()
+    resumed = experiment.run(cfg, interrupted, progress=False)
+    uninterrupted = experiment.run(cfg, straight, progress=False)
+    assert resumed["privacy"] == uninterrupted["privacy"] == pa.run_summary(pa.replay(cfg))
+    assert resumed["privacy"]["max_epsilon"] > 0 and resumed["privacy"]["max_uploads_per_client"] >= 2
+    # Seeded noise: the resumed run's rounds are the uninterrupted run's, bit for bit.
+    strip = lambda rows: [{k: v for k, v in r.items() if "seconds" not in k} for r in rows]  # noqa: E731
+    assert strip(_rows(interrupted)) == strip(_rows(straight))
+    front_of = pa.max_epsilon_of_run(straight, json.load(open(os.path.join(straight, "summary.json"))))
+    assert front_of == resumed["privacy"]["max_epsilon"]
+    # A run finished before the accounting existed: its epsilon replayed from config.json.
+    assert pa.max_epsilon_of_run(straight, {}) == pytest.approx(front_of, rel=1e-12)
+
+
+def _upload_twice(cfg):
+    """The phase-1 upload of one fixed update through the run's factory, twice from one state."""
+    factory = experiment.phase_factories(cfg)[Phase.STAGE1]
+    model = keras_wrap.build_phase_model(cfg.model_config(), Phase.STAGE1)
+    value = [np.full(v.shape, 1e-3, np.float32) for v in model.trainable_variables]
+    process = factory.create(tff.to_type([tff.TensorType(np.float32, v.shape) for v in value]))
+    state = process.initialize()
+    return [np.concatenate([np.ravel(t) for t in process.next(state, [value]).result]) for _ in range(2)]
+
+
+def test_seeded_noise_repeats_for_identical_uploads_and_fresh_noise_does_not(tff_runtime, config):
+    seeded = dataclasses.replace(config, defense="uniform", noise_multiplier=0.5)
+    a, b = _upload_twice(seeded)
+    np.testing.assert_array_equal(a, b)  # Whoever knows --seed can regenerate (and remove) it.
+    a, b = _upload_twice(dataclasses.replace(seeded, fresh_noise=True))
+    assert not np.allclose(a, b)
+    assert np.std(a - b) == pytest.approx(np.sqrt(2) * 0.5, rel=0.1)  # Two independent draws of sigma = C nu.
+
+
+def test_a_config_saved_before_fresh_noise_existed_reads_as_seeded(config, tmp_path):
+    saved = dataclasses.asdict(config)
+    del saved["fresh_noise"]
+    os.makedirs(tmp_path / "old")
+    with open(tmp_path / "old" / "config.json", "w") as f:
+        json.dump(saved, f)
+    assert experiment._check_config(config, str(tmp_path / "old"))
+    with pytest.raises(experiment.ConfigMismatchError, match="fresh_noise: saved False, now True"):
+        experiment._check_config(dataclasses.replace(config, fresh_noise=True), str(tmp_path / "old"))

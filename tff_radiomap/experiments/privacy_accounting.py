@@ -1,0 +1,129 @@
+"""The per-client privacy accounting of a privacy experiment run (`privacy.accounting`).
+
+Threat model: an observer of individual uploads. Every round, each sampled client uploads once
+under its phase's defense; the observer knows who uploaded, so sampling gives no amplification and
+client k's guarantee composes the events of its own uploads, stage 1's and stage 2's alike
+(`PerClientAccountant`). A phase's event is its factory's `dp_event()` (None: no guarantee; No
+Defense and FedSGD have no factory, hence none either). The run reports, at delta = `DELTA`, the
+worst client's epsilon (None if any upload had no guarantee), how many clients uploaded and the
+most uploads of one client (`run_summary`, summary.json's `privacy`).
+
+Client sampling is a function of (seed, round) (`federated_data.sample_clients`), so the uploads of
+a run's first r rounds follow from its configuration alone: `replay(config, r)` re-derives them
+without training. The runner records them as the rounds go and saves the accountant with every
+program state (`save`, `restore`); a run saved before that existed is replayed on resume.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+from collections.abc import Mapping
+
+import dp_accounting
+from absl import logging
+
+from tff_radiomap.learning import federated_data
+from tff_radiomap.privacy import accounting
+from tff_radiomap.runtime import run_folder
+
+DELTA = 1e-5
+SUMMARY_KEYS = ("delta", "max_epsilon", "clients_with_uploads", "max_uploads_per_client")
+
+
+def phase_events(factories: Mapping) -> dict:
+    """{phase: the event of one upload in that phase, or None} for {phase: factory or None}."""
+    return {phase: None if factory is None else factory.dp_event() for phase, factory in factories.items()}
+
+
+def new_accountant() -> accounting.PerClientAccountant:
+    return accounting.PerClientAccountant(delta=DELTA)
+
+
+def record_round(acc: accounting.PerClientAccountant, events: Mapping, phase, clients) -> None:
+    """One upload under `events[phase]` by each of the round's sampled `clients`."""
+    event = events[phase]
+    if event is not None and not isinstance(event, dp_accounting.DpEvent):
+        raise TypeError(f"phase {phase!r}: dp_event() returned {event!r}; expected a dp_accounting.DpEvent or None")
+    acc.record_round([int(k) for k in clients], event)
+
+
+def replay(config, rounds: int | None = None, events: Mapping | None = None) -> accounting.PerClientAccountant:
+    """The accountant of a run of `config` after `rounds` rounds (default: all), without training.
+
+    `events`: {phase: event}, default from the run's factories (`privacy_radiomap.phase_factories`;
+    the subspace defense's needs the data root's maps). The centralised reference uploads nothing.
+    """
+    rounds = config.rounds if rounds is None else rounds
+    acc = new_accountant()
+    if config.centralised:
+        return acc
+    if events is None:
+        events = _events_of(dataclasses.replace(config, seed=0))
+    for r in range(1, rounds + 1):
+        clients = federated_data.sample_clients(config.seed, r, config.num_clients, config.clients_per_round)
+        record_round(acc, events, config.phase_for_round(r), clients)
+    return acc
+
+
+def run_summary(acc: accounting.PerClientAccountant) -> dict:
+    """summary.json's `privacy`: delta, max_epsilon (None: no guarantee), clients_with_uploads,
+    max_uploads_per_client."""
+    summary = acc.summary()
+    return {k: summary[k] for k in SUMMARY_KEYS}
+
+
+def state_path(output_dir: str, round_num: int) -> str:
+    return os.path.join(output_dir, "accounting", f"round_{round_num}.json")
+
+
+def save(output_dir: str, acc: accounting.PerClientAccountant, round_num: int, keep: int = 3) -> None:
+    """The accountant after `round_num`, written atomically; the `keep` newest files stay (as the
+    program states do)."""
+    path = state_path(output_dir, round_num)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    run_folder.write_json(path, {"delta": acc.delta, "uploads": acc.state()})
+    for old in range(round_num - keep, 0, -1):
+        if not os.path.exists(state_path(output_dir, old)):
+            break
+        os.remove(state_path(output_dir, old))
+
+
+def restore(output_dir: str, config, done: int, events: Mapping) -> accounting.PerClientAccountant:
+    """The accountant saved with round `done`'s program state; replayed from `config` when the
+    run has none (one saved before the accounting existed)."""
+    path = state_path(output_dir, done)
+    if done == 0 or not os.path.exists(path):
+        return replay(config, done, events)
+    with open(path) as f:
+        saved = json.load(f)
+    return accounting.PerClientAccountant.from_state(saved["uploads"], delta=saved["delta"])
+
+
+@functools.lru_cache(maxsize=None)
+def _events_of(config) -> dict:
+    """The phase events of `config`'s factories, built once per configuration (`replay` passes it
+    with seed 0: the seeds of a front share them, an event depends on the defense's parameters)."""
+    from tff_radiomap.experiments import privacy_radiomap  # It imports this module.
+
+    # The subspace factory's basis file is read by its clients only: no folder is needed here.
+    return phase_events(privacy_radiomap.phase_factories(config, basis_dir=""))
+
+
+def max_epsilon_of_run(run_dir: str, summary: Mapping) -> float | None:
+    """A finished run's max epsilon: its summary's `privacy` entry, else (a run finished before
+    the accounting existed) replayed from its config.json. None: no guarantee; nan: not known
+    (no config.json, or one that cannot be replayed here)."""
+    if "privacy" in summary:
+        return summary["privacy"]["max_epsilon"]
+    if not os.path.exists(os.path.join(run_dir, "config.json")):
+        return float("nan")
+    from tff_radiomap.privacy import leakage
+
+    try:
+        return replay(leakage.run_config(run_dir)).summary()["max_epsilon"]
+    except (OSError, ValueError) as exc:  # A config of another version, a data root gone (subspace).
+        logging.warning("%s: max epsilon not replayed: %s", run_dir, exc)
+        return float("nan")
