@@ -265,3 +265,120 @@ def test_projected_summary_statistics_match_a_numpy_reference():
         np.testing.assert_allclose(s[:, 4 * g + 3], d_g / D, rtol=1e-6)
     np.testing.assert_allclose(s[:, -3], np.sqrt(np.sum(u.astype(np.float64) ** 2, axis=1)) / 2.0, rtol=1e-4)
     np.testing.assert_allclose(s[:, -2:], [[0.5, 1.0]] * 3)
+
+
+# ---------------------------------------------------------------------------------------------
+# The trainer on a tiny RadioUNet.
+@pytest.fixture(scope="module")
+def tiny():
+    from tff_radiomap.learning import keras_wrap
+    from tff_radiomap.models import radiounet
+
+    cfg = radiounet.RadioUNetConfig(resolution=16, width=0.125, min_bottleneck=4)
+    model = keras_wrap.build_phase_model(cfg, keras_wrap.Phase.STAGE1)
+    rng = np.random.default_rng(0)
+    n = 40
+    x = np.zeros((n, 16, 16, 2), np.float32)
+    x[..., 0] = rng.random((n, 16, 16)) < 0.3
+    pos = rng.integers(0, 16, size=(n, 2))
+    x[np.arange(n), pos[:, 0], pos[:, 1], 1] = 1
+    y = rng.random((n, 16, 16, 1)).astype(np.float32)
+    samples = {"x": x, "y": y, "coords_m": (pos[:, ::-1] * 16 + 8).astype(np.float32)}
+    return cfg, model, samples
+
+
+def _paper_factory(cfg):
+    from tff_radiomap.learning import keras_wrap
+    from tff_radiomap.privacy import groups as G
+
+    return AdaptiveGroupNoiseFactory(1.0, 3.0, groups=G.radiounet_groups(cfg, keras_wrap.Phase.STAGE1), total_rounds=10)
+
+
+def _tiny_subspace_factory(model, k=12, blocks=(8, 4)):
+    shapes = tuple(tuple(int(s) for s in v.shape) for v in model.trainable_variables)
+    d = sum(int(np.prod(s)) for s in shapes)
+    q, _ = np.linalg.qr(np.random.default_rng(0).normal(size=(d, k)))
+    return AdaptiveSubspaceNoiseFactory(1.0, 0.3, SubspaceGroups(shapes, blocks, basis=q.astype(np.float32)), total_rounds=10)
+
+
+CONFIG = allocator.AllocatorConfig(buffer_traces=32, steps=3, harm_samples=8)
+
+
+def _next_extras(extras, eta):
+    new = dict(extras, eta=eta)
+    new["round_index"] = extras["round_index"] + 1
+    return new
+
+
+@pytest.mark.parametrize("kind", ["paper", "subspace"])
+def test_an_allocator_round_updates_eta_and_keeps_the_budget(tiny, kind):
+    cfg, model, samples = tiny
+    factory = _paper_factory(cfg) if kind == "paper" else _tiny_subspace_factory(model)
+    trainer = allocator.AllocatorTrainer(factory, CONFIG)
+    extras = factory.initial_extras()
+    eta, m = trainer.round(model, tff.learning.optimizers.build_sgdm(0.05), samples, extras)
+    assert any(not np.allclose(eta[k], extras["eta"][k]) for k in eta)
+    assert all(np.isfinite(v) for v in m.values()) and m["skipped"] == 0
+    assert 0 < m["proxy_loss"] <= 1.0 + 1e-9
+    weights = [m[f"weight_{n}"] for n in factory.groups.names]
+    assert sum(weights) == pytest.approx(1.0, abs=1e-5)
+    if kind == "paper":
+        assert m["weight_stage2_transmitter"] == 0.0  # Not uploaded in stage 1: no share of B.
+    assert all(np.isfinite(m[f"harm_per_energy_{n}"]) for n in factory.groups.names)  # A small energy may measure < 0 (then 0 in L_task).
+
+
+def test_the_harm_probes_leave_the_model_as_it_was(tiny):
+    cfg, model, samples = tiny
+    trainer = allocator.AllocatorTrainer(_tiny_subspace_factory(model), CONFIG)
+    before = [v.numpy() for v in model.trainable_variables]
+    c = trainer.harm_per_energy(model, tf.constant(samples["x"][:8]), tf.constant(samples["y"][:8]), np.full(3, 0.5), [0, 1])
+    for v, b in zip(model.trainable_variables, before):
+        np.testing.assert_array_equal(v.numpy(), b)
+    assert c.shape == (3,) and np.all(np.isfinite(c)) and np.any(c > 0)
+
+
+def test_an_allocator_round_on_a_broken_model_keeps_eta_and_says_so(tiny):
+    from tff_radiomap.learning import keras_wrap
+
+    cfg, _, samples = tiny
+    model = keras_wrap.build_phase_model(cfg, keras_wrap.Phase.STAGE1)
+    model.trainable_variables[0].assign(tf.fill(model.trainable_variables[0].shape, float("nan")))
+    factory = _paper_factory(cfg)
+    trainer = allocator.AllocatorTrainer(factory, CONFIG)
+    extras = factory.initial_extras()
+    eta, m = trainer.round(model, tff.learning.optimizers.build_sgdm(0.05), samples, extras)
+    assert m == {"skipped": 1.0}
+    for k in eta:
+        np.testing.assert_array_equal(eta[k], extras["eta"][k])
+
+
+def test_allocator_state_restores_a_trainer_that_continues_identically(tiny):
+    cfg, model, samples = tiny
+    factory = _tiny_subspace_factory(model)
+    opt = tff.learning.optimizers.build_sgdm(0.05)
+    extras = factory.initial_extras()
+    straight = allocator.AllocatorTrainer(factory, CONFIG)
+    eta1, _ = straight.round(model, opt, samples, extras)
+    saved = {k: v.copy() for k, v in straight.state().items()}
+    eta2, m2 = straight.round(model, opt, samples, _next_extras(extras, eta1))
+    restored = allocator.AllocatorTrainer(factory, CONFIG)
+    restored.restore(saved)
+    eta2b, m2b = restored.round(model, opt, samples, _next_extras(extras, eta1))
+    for k in eta2:
+        np.testing.assert_allclose(eta2b[k], eta2[k], rtol=1e-6)
+    m2.pop("seconds"), m2b.pop("seconds")
+    assert m2b == pytest.approx(m2, rel=1e-6)
+
+
+def test_the_attack_observes_the_adaptive_subspace_defense_batched(tiny):
+    """The scoring attack privatizes with the allocation of the observed eta, whitening row by row."""
+    cfg, model, samples = tiny
+    factory = _tiny_subspace_factory(model)
+    collector = attack.TraceCollector(model, tff.learning.optimizers.build_sgdm(0.05), steps=2, defense=factory)
+    assert collector.batched and collector.variants == ("plain", "whitened", "projected")
+    x, y = samples["x"][:4], samples["y"][:4]
+    a = collector.collect_views(x, y, seed=(1, 0))
+    factory.observe(dict(factory.initial_extras(), eta=_eta(factory.groups)))
+    b = collector.collect_views(x, y, seed=(1, 0))
+    assert all(np.all(np.isfinite(v)) for v in b.values())
+    assert not np.allclose(a["plain"], b["plain"])  # Another eta, other noise scales, same traced graph.
