@@ -36,7 +36,7 @@ def make_factory(name: str, config, phase: Phase, basis_dir: str | None = None):
     (`BasisRefresher` writes it); the other defenses ignore `basis_dir`.
     """
     c, nu, seed = config.clip_norm, config.noise_multiplier, config.seed
-    if name == "adaptive" and uses_basis(config):
+    if name == "adaptive" and getattr(config, "adaptive_partition", "paper") == "leakage":
         if basis_dir is None:
             raise ValueError("the adaptive defense on the leakage partition needs a basis folder (basis_dir)")
         return AdaptiveSubspaceNoiseFactory(
