@@ -34,6 +34,7 @@ def main():
     parser.add_argument("--train_traces", type=int, default=1024)
     parser.add_argument("--test_traces", type=int, default=256)
     parser.add_argument("--no_attack", action="store_true", help="(b), (d) only")
+    parser.add_argument("--attacks", default="Uniform,Subspace 0.5,Adaptive (learned)", help="Which defenses (c) attacks")
     parser.add_argument("--pretrain_steps", type=int, default=0, help="Centralised Adam steps (batch 64) on the pool before probing: a stand-in for a later round's model, where the leak has opened")
     args = parser.parse_args()
 
@@ -130,6 +131,8 @@ def main():
             ("Subspace 0.5", SubspaceNoiseFactory(1.0, nu, groups, share=0.5, seed=0)),
             ("Adaptive (learned)", adaptive),
         ):
+            if name not in args.attacks.split(","):
+                continue
             result, seconds = real_attack(defense)
             print(f"(c) attack ratio, {name}: {fmt(result)}  [{seconds:.0f} s]")
     print(f"\ntotal {time.monotonic() - t0:.0f} s")
