@@ -3,10 +3,10 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_radiomap.aggregators import AdaptiveGroupNoiseFactory, UniformNoiseFactory
+from tff_radiomap.aggregators import UniformNoiseFactory
 from tff_radiomap.learning import keras_wrap, local_training
 from tff_radiomap.models import radiounet
-from tff_radiomap.privacy import allocator, attack
+from tff_radiomap.privacy import attack
 from tff_radiomap.privacy import groups as G
 
 
@@ -76,21 +76,6 @@ def test_run_attack_end_to_end(tiny):
     assert clean.shape == noisy.shape and not np.allclose(clean, noisy)
 
 
-def test_allocator_round_updates_eta_and_keeps_the_budget(tiny):
-    cfg, model, samples = tiny
-    groups = G.radiounet_groups(cfg, keras_wrap.Phase.STAGE1)
-    factory = AdaptiveGroupNoiseFactory(1.0, 3.0, groups=groups, total_rounds=10)
-    trainer = allocator.AllocatorTrainer(factory, allocator.AllocatorConfig(traces_per_round=8, steps=3, map_size_m=256.0))
-    extras = factory.initial_extras()
-    eta, m = trainer.round(model, tff.learning.optimizers.build_sgdm(0.05), samples, extras, steps=2)
-    assert set(eta) == set(extras["eta"])
-    assert any(not np.allclose(eta[k], extras["eta"][k]) for k in eta)
-    assert all(np.isfinite(v) for v in m.values())
-    weights = [m[f"weight_{n}"] for n in groups.names]
-    assert sum(weights) == pytest.approx(1.0, abs=1e-5)
-    assert m["weight_stage2_transmitter"] == 0.0  # Not uploaded in stage 1: no share of B.
-
-
 def test_the_observers_extra_samples_never_include_a_held_out_one():
     rng = np.random.default_rng(0)
     x = rng.random((6, 4, 4, 2)).astype(np.float32)
@@ -114,82 +99,6 @@ def test_seeded_traces_repeat_and_differ_from_another_seed(tiny):
     assert not np.allclose(a, collector.collect(x, y, seed=(4, 2)))
     # A chunk boundary does not change a sample's noise (the seed is per sample index).
     np.testing.assert_array_equal(collector.collect(x, y, chunk=2, seed=(4, 1)), a)
-
-
-def test_task_harm_interpolates_the_probes_and_falls_as_sigma_squared_below_them():
-    log_sigma = np.log(np.array([[0.01, 0.1, 1.0], [0.1, 1.0, 10.0]], np.float32))
-    harm = np.array([[0.0, 1.0, 3.0], [0.5, 2.0, 8.0]], np.float32)
-    h = allocator.AllocatorTrainer._task_harm
-    at_probes = h(tf.constant([[0.1, 1.0], [1.0, 10.0]]), log_sigma, harm).numpy()
-    np.testing.assert_allclose(at_probes, [1.0 + 2.0, 3.0 + 8.0], rtol=1e-5)
-    mid = np.sqrt(0.1)  # Halfway between the probes 0.1 and 1 in log sigma.
-    np.testing.assert_allclose(h(tf.constant([[mid, 10.0]]), log_sigma, harm).numpy(), [2.0 + 8.0], rtol=1e-5)
-    np.testing.assert_allclose(h(tf.constant([[0.01, 0.01]]), log_sigma, harm).numpy(), [0.0 + 0.5 * 0.01], rtol=1e-4)
-    sigma = tf.Variable([[mid, 0.5]], dtype=tf.float32)
-    with tf.GradientTape() as tape:
-        total = h(sigma, log_sigma, harm)
-    grad = tape.gradient(total, sigma).numpy()
-    assert np.all(np.isfinite(grad)) and np.all(grad > 0)
-
-
-def test_the_allocator_starts_at_directed_uniform_and_measures_harm_on_the_model(tiny):
-    cfg, model, samples = tiny
-    groups = G.radiounet_groups(cfg, keras_wrap.Phase.STAGE1)
-    factory = AdaptiveGroupNoiseFactory(1.0, 3.0, groups=groups, total_rounds=10)
-    extras = factory.initial_extras()
-    summary = np.zeros(12 + 3, np.float32)
-    w, _, sigma = factory.allocation(extras, summary, groups)
-    directed = np.array(groups.sensitive) & (np.array(groups.sizes) > 0)
-    assert float(np.sum(w.numpy()[directed])) == pytest.approx(1.0, abs=1e-6)
-    np.testing.assert_allclose(sigma.numpy()[directed], np.sqrt(factory.budget(groups) / np.sum(np.array(groups.sizes)[directed])), rtol=1e-3)
-    trainer = allocator.AllocatorTrainer(factory)
-    before = [v.numpy() for v in model.trainable_variables]
-    log_sigma, harm = trainer._harm_curves(model, tf.constant(samples["x"][:8]), tf.constant(samples["y"][:8]), (0, 1))
-    for v, b in zip(model.trainable_variables, before):
-        np.testing.assert_array_equal(v.numpy(), b)  # The probes leave the model as it was.
-    assert np.all(np.diff(harm, axis=1) >= 0) and np.all(harm >= 0)
-    present = np.array(groups.sizes) > 0
-    assert np.all(harm[present, -1] > 0)  # All of B on one group hurts.
-    np.testing.assert_allclose(np.exp(log_sigma[present, -1]), np.sqrt(factory.budget(groups) / np.array(groups.sizes)[present]), rtol=1e-5)
-
-
-def test_an_allocator_round_on_a_broken_model_keeps_eta_and_says_so(tiny):
-    cfg, _, samples = tiny
-    model = keras_wrap.build_phase_model(cfg, keras_wrap.Phase.STAGE1)
-    model.trainable_variables[0].assign(tf.fill(model.trainable_variables[0].shape, float("nan")))
-    groups = G.radiounet_groups(cfg, keras_wrap.Phase.STAGE1)
-    factory = AdaptiveGroupNoiseFactory(1.0, 3.0, groups=groups, total_rounds=10)
-    trainer = allocator.AllocatorTrainer(factory, allocator.AllocatorConfig(traces_per_round=4, steps=2))
-    extras = factory.initial_extras()
-    eta, m = trainer.round(model, tff.learning.optimizers.build_sgdm(0.05), samples, extras, steps=2)
-    assert m == {"skipped": 1.0}
-    for k in eta:
-        np.testing.assert_array_equal(eta[k], extras["eta"][k])
-
-
-def test_allocator_state_restores_a_trainer_that_continues_identically(tiny):
-    cfg, model, samples = tiny
-    groups = G.radiounet_groups(cfg, keras_wrap.Phase.STAGE1)
-    factory = AdaptiveGroupNoiseFactory(1.0, 3.0, groups=groups, total_rounds=10)
-    config = allocator.AllocatorConfig(traces_per_round=6, steps=2)
-    opt = tff.learning.optimizers.build_sgdm(0.05)
-    extras = factory.initial_extras()
-
-    def next_extras(extras, eta):
-        new = dict(extras, eta=eta)
-        new["round_index"] = extras["round_index"] + 1
-        return new
-
-    straight = allocator.AllocatorTrainer(factory, config)
-    eta1, _ = straight.round(model, opt, samples, extras, steps=2)
-    saved = {k: v.copy() for k, v in straight.state().items()}
-    eta2, m2 = straight.round(model, opt, samples, next_extras(extras, eta1), steps=2)
-    restored = allocator.AllocatorTrainer(factory, config)
-    restored.restore(saved)
-    eta2b, m2b = restored.round(model, opt, samples, next_extras(extras, eta1), steps=2)
-    for k in eta2:
-        np.testing.assert_allclose(eta2b[k], eta2[k], rtol=1e-6)
-    assert m2b == pytest.approx(m2, rel=1e-6)
 
 
 def test_ridge_grid_reaches_the_constant_predictor():

@@ -24,6 +24,11 @@ Steps 2-3 only post-process y1, so each upload is (at least) the Gaussian mechan
 `dp_event()` returns it. The total variance per group is still sigma_g^2 and sum_g E_g = B.
 Without the floor no epsilon is reported: the noise scales depend on the private update itself
 (through Psi), so the upload is not a Gaussian mechanism with a data-independent scale.
+
+Over subspace groups (`AdaptiveSubspaceNoiseFactory`, `groups.SubspaceGroups`: blocks V_g of a
+leakage basis and the residual) the same allocation decides the scales of Subspace Noise's noise,
+sum_g sigma_g V_g z_g + sigma_res (I - V V^T) z, with Psi taken of the projections V_g^T Delta
+(`allocator_net.summary_statistics_projected`); it starts at Uniform Noise's allocation.
 """
 
 from __future__ import annotations
@@ -35,8 +40,10 @@ import numpy as np
 import tensorflow as tf
 
 from tff_radiomap.aggregators.client_perturbation import ClientPerturbationFactory
+from tff_radiomap.aggregators.subspace_noise import SubspaceNoiseFactory
 from tff_radiomap.privacy import allocator_net
 from tff_radiomap.privacy import budget as budget_lib
+from tff_radiomap.privacy.groups import SubspaceGroups
 
 
 class AdaptiveGroupNoiseFactory(ClientPerturbationFactory):
@@ -122,3 +129,137 @@ class AdaptiveGroupNoiseFactory(ClientPerturbationFactory):
         # 3. The rest of each group's energy.
         noised = [y + self._noise(tf.shape(y), tf.gather(extra, ids), seeds[n + i]) for i, (y, ids) in enumerate(zip(y1, group_ids))]
         return noised, sigma
+
+
+class AdaptiveSubspaceNoiseFactory(AdaptiveGroupNoiseFactory):
+    """The adaptive allocator over `SubspaceGroups`: sigma_g from f_eta, noise in span(V_g) per
+    block and on the complement of span(V) for the residual (module docstring).
+
+    V is held by the groups or read at every call from `basis_path`, as for
+    `SubspaceNoiseFactory` (whose basis handling this class shares); `set_basis` refreshes the
+    eager copy. `observe(extras)` sets the defense parameters the batched eager path
+    (`privatize_batch`, used by the attack) privatizes with when it is not given them.
+    """
+
+    def __init__(self, clip_norm: float, noise_multiplier: float, groups: SubspaceGroups, basis_path: str | None = None, init: str = "proportional", **kwargs):
+        if not isinstance(groups, SubspaceGroups):
+            raise TypeError(f"AdaptiveSubspaceNoiseFactory needs SubspaceGroups, got {type(groups).__name__}")
+        if groups.basis is None and basis_path is None:
+            raise ValueError("AdaptiveSubspaceNoiseFactory needs a basis: groups with one, or basis_path")
+        super().__init__(clip_norm, noise_multiplier, groups, init=init, **kwargs)
+        self.basis_path = basis_path
+        self._privatizing = False
+        self._basis_var = None if groups.basis is None else tf.Variable(groups.basis, trainable=False, name="subspace_basis")
+        self._observed = None
+        self.observe(self.initial_extras())
+
+    # The basis: read as Subspace Noise reads it.
+    set_basis = SubspaceNoiseFactory.set_basis
+    _basis = SubspaceNoiseFactory._basis
+    _eager_basis = SubspaceNoiseFactory._eager_basis
+    _unflatten = SubspaceNoiseFactory._unflatten
+
+    def basis_array(self) -> np.ndarray:
+        """V [d, K] as numpy (the eager copy, else the file)."""
+        return np.asarray(self._eager_basis().numpy(), np.float32)
+
+    def observe(self, extras) -> None:
+        """The extras `privatize_batch` uses by default (eta, round index, phase): held in variables,
+        so that a traced caller sees new values without tracing again."""
+        values = tf.nest.map_structure(lambda v: np.asarray(v), extras)
+        if self._observed is None:
+            self._observed = tf.nest.map_structure(lambda v: tf.Variable(v, trainable=False), values)
+        else:
+            tf.nest.map_structure(lambda var, v: var.assign(v), self._observed, values)
+
+    def _summaries(self, extras, rows, basis):
+        fraction = tf.minimum(tf.cast(extras["round_index"], tf.float32) / self.total_rounds, 1.0)
+        return allocator_net.summary_statistics_projected(rows, basis, self.groups.block_of_column(), self.groups.sizes, self.clip_norm, fraction, extras["phase"])
+
+    def _sigmas(self, extras, rows, basis):
+        """[M, G] sigma of flat clipped uploads [M, d] (rows; with the floor, already noised)."""
+        w = budget_lib.masked_softmax(allocator_net.logits(extras["eta"], self._summaries(extras, rows, basis)), self.groups.sizes)
+        return budget_lib.allocate(w, self.budget(self.groups), self.groups.sizes, self.sigma_min)[1]
+
+    def _subspace_noise(self, sigma, basis, z_s, z_r):
+        """sum_g sigma_g V_g z_g + sigma_res (I - V V^T) z_r for rows of sigma [M, G], z_s [M, K], z_r [M, d]."""
+        column_sigma = tf.gather(sigma, self.groups.block_of_column(), axis=1)
+        residual = z_r * sigma[:, -1:]
+        residual -= tf.matmul(tf.matmul(residual, basis), basis, transpose_b=True)
+        return tf.matmul(z_s * column_sigma, basis, transpose_b=True) + residual
+
+    def _privatize_rows(self, extras, rows, basis, draw):
+        """(noised [M, d], sigma [M, G]) of clipped rows; draw(i, shape) gives standard normals
+        (i = 0: block coefficients, 1: the residual's, 2: the floor's)."""
+        k, d = self.groups.rank, self.groups.num_coordinates
+        m = tf.shape(rows)[0]
+        if self.sigma_min > 0:
+            # The floor first, then the allocation from the noised copy only (post-processing).
+            rows = rows + self.sigma_min * draw(2, [m, d])
+            sigma = self._sigmas(extras, rows, basis)
+            extra = tf.sqrt(tf.maximum(tf.square(sigma) - self.sigma_min**2, 0.0))
+            return rows + self._subspace_noise(extra, basis, draw(0, [m, k]), draw(1, [m, d])), sigma
+        sigma = self._sigmas(extras, rows, basis)
+        return rows + self._subspace_noise(sigma, basis, draw(0, [m, k]), draw(1, [m, d])), sigma
+
+    def _perturb(self, extras, clipped, group_ids, groups, seeds):
+        flat = tf.concat([tf.reshape(c, [-1]) for c in clipped], 0)[None]
+
+        def draw(i, shape):
+            if not seeds:
+                return tf.random.normal(shape)
+            seed = seeds[i] if i < 2 else seeds[1] + tf.constant([0, 1], seeds[1].dtype)  # [a, b * 1000003 + i]
+            return tf.random.stateless_normal(shape, seed=seed)
+
+        noised, sigma = self._privatize_rows(extras, flat, self._basis(), draw)
+        return self._unflatten(noised[0], clipped), sigma[0]
+
+    # -- outside TFF ---------------------------------------------------------------------------
+    def privatize(self, flat, extras=None, seed=None):
+        self._privatizing = True  # The eager basis (the attack traces it in its own tf.function).
+        try:
+            return super().privatize(flat, extras, seed)
+        finally:
+            self._privatizing = False
+
+    def privatize_batch(self, uploads, seeds=None, extras=None):
+        """Clip and perturb N flat uploads [N, d] at once (eager TF): row n with seed pair seeds[n]
+        gets the noise `privatize(..., seed=seeds[n])` gives it. `extras` default: those of the last
+        `observe`, else the initial ones. Returns (noised [N, d], sigma [N, G])."""
+        if extras is None:
+            extras = self._observed if self._observed is not None else tf.nest.map_structure(tf.convert_to_tensor, self.initial_extras())
+        basis = self._eager_basis()
+        norm = tf.norm(uploads, axis=1, keepdims=True)
+        rows = uploads * (self.clip_norm / tf.maximum(norm, self.clip_norm))
+        if seeds is not None:
+            seeds = tf.cast(seeds, tf.int64)
+
+        def draw(i, shape):
+            if seeds is None:
+                return tf.random.normal(shape)
+            return tf.map_fn(lambda p: tf.random.stateless_normal(shape[1:], seed=tf.stack([p[0], p[1] * 1000003 + i])), seeds, fn_output_signature=tf.float32)
+
+        return self._privatize_rows(extras, rows, basis, draw)
+
+    def aware_weights(self, sigma, variant: str):
+        """Per-group weights ([G], or [N, G] row by row) of view `variant` (see the base class)."""
+        sigma = tf.convert_to_tensor(sigma, tf.float32)
+        present = tf.constant(self.groups.sizes > 0)
+        s_min = tf.reduce_min(tf.where(present, sigma, np.float32(np.inf)), axis=-1, keepdims=True)
+        least = tf.cast(sigma <= s_min * (1.0 + 1e-6), tf.float32)
+        if variant == "projected":
+            return least
+        if variant == "whitened":
+            return tf.where(s_min > 0, s_min / tf.maximum(sigma, 1e-30), least)
+        raise ValueError(f"aware view {variant!r}: expected one of {self.aware_variants()}")
+
+    def whiten_batch(self, uploads, weights):
+        """Rows of uploads [N, d] with block g scaled by weights[..., g], the residual by the last."""
+        basis = self._eager_basis()
+        w_col = tf.gather(weights, self.groups.block_of_column(), axis=-1)
+        w_r = weights[..., -1:]
+        return w_r * uploads + tf.matmul(tf.matmul(uploads, basis) * (w_col - w_r), basis, transpose_b=True)
+
+    def whiten(self, flat, weights):
+        u = tf.concat([tf.reshape(c, [-1]) for c in flat], 0)
+        return self._unflatten(self.whiten_batch(u[None], weights)[0], flat)

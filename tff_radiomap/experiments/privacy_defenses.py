@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from tff_radiomap.aggregators import AdaptiveGroupNoiseFactory, ClipOnlyFactory, DirectedNoiseFactory, SubspaceNoiseFactory, UniformNoiseFactory, subspace_noise
+from tff_radiomap.aggregators.adaptive_noise import AdaptiveSubspaceNoiseFactory
 from tff_radiomap.aggregators.client_perturbation import with_extras
 from tff_radiomap.data import radiomapseer, twin
 from tff_radiomap.learning import keras_wrap, local_training, radiounet_process
@@ -37,6 +38,13 @@ def make_factory(name: str, config, phase: Phase, basis_dir: str | None = None):
     """
     c, nu = config.clip_norm, config.noise_multiplier
     seed = None if config.fresh_noise else config.seed
+    if name == "adaptive" and getattr(config, "adaptive_partition", "paper") == "leakage":
+        if basis_dir is None:
+            raise ValueError("the adaptive defense on the leakage partition needs a basis folder (basis_dir)")
+        return AdaptiveSubspaceNoiseFactory(
+            c, nu, subspace_groups(config, phase), basis_path=basis_path(basis_dir, phase), total_rounds=config.rounds,
+            phase=int(phase == Phase.STAGE2), sigma_min=config.sigma_min, seed=seed,
+        )
     if name == "subspace":
         if basis_dir is None:
             raise ValueError("the subspace defense needs a basis folder (basis_dir)")
@@ -53,6 +61,13 @@ def make_factory(name: str, config, phase: Phase, basis_dir: str | None = None):
             c, nu, groups=g, total_rounds=config.rounds, phase=int(phase == Phase.STAGE2), sigma_min=config.sigma_min, seed=seed
         )
     raise ValueError(f"defense {name!r}: expected one of clip, {', '.join(NOISE_DEFENSES)}")
+
+
+def uses_basis(config) -> bool:
+    """Whether the run's defense reads the twin's leakage basis (`BasisRefresher`): Subspace Noise,
+    and Adaptive with `adaptive_partition='leakage'` (its groups are the basis blocks and the
+    residual; with 'paper', the paper's mask groups)."""
+    return config.defense == "subspace" or (config.defense == "adaptive" and getattr(config, "adaptive_partition", "paper") == "leakage")
 
 
 def basis_path(basis_dir: str, phase: Phase) -> str:
@@ -209,6 +224,8 @@ class PrivacyHooks:
             self._collectors[phase] = attack.TraceCollector(model, self._client_optimizer(), cfg.attack_steps, factory)
         collector = self._collectors[phase]
         collector.extras = extras
+        if extras is not None and hasattr(factory, "observe"):  # The batched trace path reads them there.
+            factory.observe(extras)
         result = attack.run_attack(
             collector,
             self.attacker_pool,

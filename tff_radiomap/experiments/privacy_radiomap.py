@@ -49,6 +49,7 @@ from tff_radiomap.models import radiounet
 from tff_radiomap.runtime import run_folder
 
 PROTOCOLS = ("two_stage", "fedsgd")
+ADAPTIVE_PARTITIONS = ("paper", "leakage")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +95,9 @@ class ExperimentConfig:
     basis_blocks: int = 1
     basis_every: int = 10  # Refresh at every phase's first round and every n rounds of it.
     twin_root: str = ""  # The defender's twin (RadioMapSeer layout); default: data.twin.ensure_twin(data_root).
+    # Adaptive's groups: "paper" (the paper's mask groups) or "leakage" (the basis blocks of
+    # Subspace Noise and the residual, refreshed as for `subspace`; see privacy_defenses.uses_basis).
+    adaptive_partition: str = "paper"
     allocator_lambda_p: float = 1.0
     allocator_lambda_h: float = 0.01
     map_size_m: float = 256.0
@@ -128,6 +132,7 @@ class ExperimentConfig:
             (1 <= self.basis_k_per_map < self.basis_positions, "basis_k_per_map", f"an integer in 1..basis_positions-1={self.basis_positions - 1}"),
             (self.basis_blocks >= 1, "basis_blocks", "an integer >= 1"),
             (self.basis_every >= 1, "basis_every", "an integer >= 1"),
+            (self.adaptive_partition in ADAPTIVE_PARTITIONS, "adaptive_partition", f"one of {ADAPTIVE_PARTITIONS}"),
             (self.attack_steps >= 1, "attack_steps", "an integer >= 1"),
             (self.attack_train_traces >= 10, "attack_train_traces", "an integer >= 10"),
             (self.attack_test_traces >= 1, "attack_test_traces", "an integer >= 1"),
@@ -427,7 +432,7 @@ def _pictures_of_finished_run(config: ExperimentConfig, output_dir: str, data_by
 
 def _basis_refresher(config: ExperimentConfig, basis_dir: str, hooks):
     """The subspace defense's basis keeper (None for other defenses); its twin is made if absent."""
-    if config.defense != "subspace":
+    if not privacy_defenses.uses_basis(config):
         return None
     return privacy_defenses.BasisRefresher(config, basis_dir, hooks.factories if hooks is not None else {})
 

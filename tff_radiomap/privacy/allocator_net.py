@@ -4,7 +4,10 @@ Summary statistics Psi (Eq. (12)): for each group g, the masked L2 norm ||M_g (.
 magnitude, the standard deviation and the size ratio d_g / d; then the global norm, the
 normalized round index r / R and the phase indicator. Norms are divided by the clip norm C and the
 per-coordinate statistics by C / sqrt(d_g), so that every input is O(1) whatever the model size.
-An empty group contributes zeros.
+An empty group contributes zeros. For subspace groups (`groups.SubspaceGroups`: blocks V_g of an
+orthonormal basis V and the residual, the complement of span(V)) the same four statistics are taken
+of the group's coordinates in its own basis: the coefficients V_g^T Delta of a block (d_g of them),
+and the projected upload (I - V V^T) Delta for the residual (`summary_statistics_projected`).
 
 The network f_eta is a one-hidden-layer tanh MLP from the summary to G logits (Eq. (13));
 softmax weights (Eq. (14)) are taken over the non-empty groups only. Its parameters eta are an
@@ -55,6 +58,34 @@ def summary_statistics_batch(flat, group_ids, group_sizes, clip_norm: float, rou
         absum += tf.math.unsorted_segment_sum(tf.abs(x), ids, g)
         total += tf.math.unsorted_segment_sum(x, ids, g)
     sq, absum, total = tf.transpose(sq), tf.transpose(absum), tf.transpose(total)  # [M, G]
+    return _assemble(sq, absum, total, sizes, clip_norm, round_fraction, phase)
+
+
+def summary_statistics_projected(uploads, basis, block_of_column, group_sizes, clip_norm: float, round_fraction, phase):
+    """Psi of M flat uploads [M, d] over subspace groups: blocks of the columns of `basis` V [d, K]
+    (`block_of_column` [K]: the block of each column) and the residual (the last group); returns
+    float32 [M, 4G + 3], laid out as `summary_statistics_batch`."""
+    sizes = tf.cast(tf.convert_to_tensor(group_sizes), tf.float32)
+    g = int(sizes.shape[0])
+    u = tf.cast(uploads, tf.float32)
+    coef = tf.matmul(u, basis)  # [M, K]
+    blocks = tf.constant(np.asarray(block_of_column, np.int32))
+
+    def per_block(values):  # [M, K] -> [M, G - 1]
+        return tf.transpose(tf.math.unsorted_segment_sum(tf.transpose(values), blocks, g - 1))
+
+    residual = u - tf.matmul(coef, basis, transpose_b=True)
+    sq_res = tf.maximum(tf.reduce_sum(tf.square(u), axis=1) - tf.reduce_sum(tf.square(coef), axis=1), 0.0)
+    sq = tf.concat([per_block(tf.square(coef)), sq_res[:, None]], axis=1)
+    absum = tf.concat([per_block(tf.abs(coef)), tf.reduce_sum(tf.abs(residual), axis=1, keepdims=True)], axis=1)
+    total = tf.concat([per_block(coef), tf.reduce_sum(residual, axis=1, keepdims=True)], axis=1)
+    return _assemble(sq, absum, total, sizes, clip_norm, round_fraction, phase)
+
+
+def _assemble(sq, absum, total, sizes, clip_norm, round_fraction, phase):
+    """[M, 4G + 3] from the per-group sums of squares, of magnitudes and of values [M, G]."""
+    g = int(sizes.shape[0])
+    m = tf.shape(sq)[0]
     safe = tf.maximum(sizes, 1.0)
     norm_g = tf.sqrt(sq)
     mean_abs = absum / safe

@@ -54,6 +54,17 @@ class AttackConfig:
             raise ValueError(f"train_traces={self.train_traces}, test_traces={self.test_traces}: expected >= 10 and >= 1")
 
 
+def signed_block(uploads) -> tf.Tensor:
+    """The signed part of phi: the first upload of a trace, flattened (the first block of
+    `fingerprint` and `fingerprint_batch`, tested equal; also the features of the allocator's
+    closed-form proxy, `privacy.allocator`).
+    `uploads` is a list of S uploads, each a list of tensors; or a batch [N, S, d] of flattened
+    traces, giving [N, d]."""
+    if isinstance(uploads, (tf.Tensor, np.ndarray)):
+        return tf.convert_to_tensor(uploads)[:, 0, :]
+    return tf.concat([tf.reshape(u, [-1]) for u in uploads[0]], axis=0)
+
+
 def fingerprint(uploads, transposed) -> tf.Tensor:
     """phi: a flat float32 feature vector of a trace (a list of S uploads, each a list of tensors).
 
