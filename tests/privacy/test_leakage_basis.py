@@ -51,3 +51,20 @@ def test_bad_inputs_are_named():
     assert leakage_basis.block_sizes(10, 3) == (4, 3, 3)
     with pytest.raises(ValueError, match="blocks"):
         leakage_basis.block_sizes(3, 4)
+
+
+def test_a_map_without_variation_is_completed_to_the_full_rank():
+    # A dead stage uploads zeros on every sample: its map spans no direction, yet the subspace
+    # groups are sized maps * k_per_map, so the basis keeps that many orthonormal columns.
+    rng = np.random.default_rng(3)
+    u, map_of, spans = _uploads(rng, maps=3, per_map=12)
+    u[map_of == 1] = 0.0
+    basis, variance = leakage_basis.leakage_basis(u, map_of, k_per_map=2)
+    assert basis.shape == (200, 6)
+    np.testing.assert_allclose(basis.T @ basis, np.eye(6), atol=1e-5)
+    for m in (0, 2):  # The live maps' leaks are still inside.
+        inside = basis.astype(np.float64) @ (basis.T.astype(np.float64) @ spans[m])
+        assert np.linalg.norm(inside - spans[m]) < 0.05 * np.linalg.norm(spans[m])
+    assert np.all(variance[-2:] < 1e-3 * variance[0])  # Only the live maps' small residual variation.
+    again, _ = leakage_basis.leakage_basis(u, map_of, k_per_map=2)
+    np.testing.assert_array_equal(again, basis)  # The completion is fixed-seed.

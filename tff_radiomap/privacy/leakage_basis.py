@@ -21,6 +21,7 @@ needed; see README, "Where does my model leak?".
 from __future__ import annotations
 
 import numpy as np
+from absl import logging
 import tensorflow as tf
 
 from tff_radiomap.learning import local_training
@@ -65,7 +66,13 @@ def leakage_basis(uploads: np.ndarray, map_of: np.ndarray, k_per_map: int) -> tu
     ordered by the within-map variance of the uploads along each column (largest first).
 
     `uploads` [N, d] are single-sample uploads, `map_of` [N] the map of each. Raises ValueError if a
-    map has fewer than 2 uploads or the union is rank-deficient.
+    map has fewer than 2 uploads.
+
+    K is always maps * k_per_map (the subspace groups are sized by it). Where the uploads span
+    fewer directions (a map whose uploads vary in fewer than k_per_map directions, e.g. a dead
+    stage whose uploads are all zero, or directions shared between maps), the span found is
+    completed by fixed-seed orthonormal directions orthogonal to it (ordered with the rest by the
+    within-map variance, ~0 for them), and a warning says how many.
     """
     if k_per_map < 1:
         raise ValueError(f"k_per_map={k_per_map}: expected >= 1")
@@ -77,15 +84,33 @@ def leakage_basis(uploads: np.ndarray, map_of: np.ndarray, k_per_map: int) -> tu
             raise ValueError(f"map {m}: {len(u)} upload(s), at least 2 needed for a direction")
         directions.append(per_map_directions(u, k_per_map))
         centred.append(u - u.mean(0))
+    rank = len(maps) * k_per_map
     q, r = np.linalg.qr(np.concatenate(directions, axis=1).astype(np.float64))
-    if q.shape[1] and np.min(np.abs(np.diag(r))) < 1e-6 * np.max(np.abs(np.diag(r))):
-        raise ValueError("the maps' leakage directions are linearly dependent: fewer positions or a smaller k_per_map")
+    if q.shape[1] < rank or np.min(np.abs(np.diag(r))) < 1e-6 * np.max(np.abs(np.diag(r))):
+        q = _completed_span(np.concatenate(directions, axis=1).astype(np.float64), rank)
     # Rotate within span(V) so that the columns come in order of the within-map variance.
     coef = np.concatenate(centred).astype(np.float64) @ q
     eigval, eigvec = np.linalg.eigh(coef.T @ coef)
     order = np.argsort(eigval)[::-1]
     basis = (q @ eigvec[:, order]).astype(np.float32)
     return basis, (eigval[order] / len(coef)).astype(np.float64)
+
+
+def _completed_span(directions: np.ndarray, rank: int, seed: int = 0) -> np.ndarray:
+    """[d, rank] orthonormal: span(directions) (its numerical rank r), then rank - r fixed-seed
+    directions orthogonal to it."""
+    d = directions.shape[0]
+    if rank > d:
+        raise ValueError(f"a basis of rank {rank} in {d} coordinates")
+    found = np.zeros((d, 0))
+    if directions.shape[1]:
+        u, sv, _ = np.linalg.svd(directions, full_matrices=False)
+        found = u[:, sv > 1e-6 * max(float(sv[0]), 1e-300)]
+    missing = rank - found.shape[1]
+    logging.warning("leakage basis: the uploads span %d of %d directions; %d completed by fixed-seed orthogonal ones", found.shape[1], rank, missing)
+    extra = np.random.default_rng(seed).standard_normal((d, missing))
+    extra -= found @ (found.T @ extra)
+    return np.concatenate([found, np.linalg.qr(extra)[0]], axis=1)
 
 
 def block_sizes(rank: int, blocks: int) -> tuple[int, ...]:
