@@ -53,6 +53,7 @@ flags.DEFINE_integer("attack_test_traces", _DEFAULTS.attack_test_traces, "Held-o
 flags.DEFINE_string(
     "attack_extra_root", None, "RadioMapSeer-layout folder of samples the observer simulated itself (its digital twin): more training traces for the attack."
 )
+flags.DEFINE_enum("adaptive_partition", _DEFAULTS.adaptive_partition, list(experiment.ADAPTIVE_PARTITIONS), "Adaptive defense: the groups it allocates over: 'paper' (the paper's mask groups) or 'leakage' (the twin's leakage-basis blocks and the residual, refreshed as for Subspace Noise by the --basis_* flags).")
 flags.DEFINE_float("subspace_share", _DEFAULTS.subspace_share, "Subspace Noise: share of the budget B in the twin's leakage subspace (the rest uniform on its complement).")
 flags.DEFINE_integer("basis_positions", _DEFAULTS.basis_positions, "Subspace Noise: twin transmitter positions per map the leakage basis is estimated from.")
 flags.DEFINE_integer("basis_k_per_map", _DEFAULTS.basis_k_per_map, "Subspace Noise: leakage directions kept per map (the basis has maps x this many).")
@@ -150,6 +151,7 @@ def _config() -> experiment.ExperimentConfig:
             attack_test_traces=FLAGS.attack_test_traces,
             attack_extra_root=common.data_root(FLAGS.attack_extra_root, flag="attack_extra_root") or "",
             inject_nan_client=FLAGS.inject_nan_client,
+            adaptive_partition=FLAGS.adaptive_partition,
             subspace_share=FLAGS.subspace_share,
             basis_positions=FLAGS.basis_positions,
             basis_k_per_map=FLAGS.basis_k_per_map,

@@ -26,6 +26,7 @@ class _Config:
     noise_multiplier: float = 3.0
     sigma_min: float = 0.0
     fresh_noise: bool = False
+    adaptive_partition: str = "paper"
     seed: int = 0
     client_optimizer: str = "sgd"
     client_learning_rate: float = 0.05

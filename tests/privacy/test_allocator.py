@@ -275,6 +275,7 @@ def tiny():
     from tff_radiomap.models import radiounet
 
     cfg = radiounet.RadioUNetConfig(resolution=16, width=0.125, min_bottleneck=4)
+    tf.keras.utils.set_random_seed(0)  # The same weights whatever ran before (the harm probes' sign depends on them).
     model = keras_wrap.build_phase_model(cfg, keras_wrap.Phase.STAGE1)
     rng = np.random.default_rng(0)
     n = 40
@@ -334,7 +335,8 @@ def test_the_harm_probes_leave_the_model_as_it_was(tiny):
     c = trainer.harm_per_energy(model, tf.constant(samples["x"][:8]), tf.constant(samples["y"][:8]), np.full(3, 0.5), [0, 1])
     for v, b in zip(model.trainable_variables, before):
         np.testing.assert_array_equal(v.numpy(), b)
-    assert c.shape == (3,) and np.all(np.isfinite(c)) and np.any(c > 0)
+    # Measured, not assumed: an untrained model's curvature may give either sign, never all zero.
+    assert c.shape == (3,) and np.all(np.isfinite(c)) and np.all(c != 0)
 
 
 def test_an_allocator_round_on_a_broken_model_keeps_eta_and_says_so(tiny):

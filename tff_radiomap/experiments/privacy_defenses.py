@@ -16,8 +16,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from tff_radiomap.aggregators import AdaptiveGroupNoiseFactory, ClipOnlyFactory, DirectedNoiseFactory, SubspaceNoiseFactory, UniformNoiseFactory, subspace_noise
-from tff_radiomap.aggregators.adaptive_noise import AdaptiveSubspaceNoiseFactory
+from tff_radiomap.aggregators import AdaptiveGroupNoiseFactory, AdaptiveSubspaceNoiseFactory, ClipOnlyFactory, DirectedNoiseFactory, SubspaceNoiseFactory, UniformNoiseFactory, subspace_noise
 from tff_radiomap.aggregators.client_perturbation import with_extras
 from tff_radiomap.data import radiomapseer, twin
 from tff_radiomap.learning import keras_wrap, local_training, radiounet_process
@@ -38,7 +37,7 @@ def make_factory(name: str, config, phase: Phase, basis_dir: str | None = None):
     """
     c, nu = config.clip_norm, config.noise_multiplier
     seed = None if config.fresh_noise else config.seed
-    if name == "adaptive" and getattr(config, "adaptive_partition", "paper") == "leakage":
+    if name == "adaptive" and config.adaptive_partition == "leakage":
         if basis_dir is None:
             raise ValueError("the adaptive defense on the leakage partition needs a basis folder (basis_dir)")
         return AdaptiveSubspaceNoiseFactory(
@@ -67,7 +66,7 @@ def uses_basis(config) -> bool:
     """Whether the run's defense reads the twin's leakage basis (`BasisRefresher`): Subspace Noise,
     and Adaptive with `adaptive_partition='leakage'` (its groups are the basis blocks and the
     residual; with 'paper', the paper's mask groups)."""
-    return config.defense == "subspace" or (config.defense == "adaptive" and getattr(config, "adaptive_partition", "paper") == "leakage")
+    return config.defense == "subspace" or (config.defense == "adaptive" and config.adaptive_partition == "leakage")
 
 
 def basis_path(basis_dir: str, phase: Phase) -> str:
