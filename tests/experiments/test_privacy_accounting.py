@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
-from tests.experiments.run_rows import rows_of as _rows
 from tff_radiomap.experiments import privacy_accounting as pa
 from tff_radiomap.experiments import privacy_radiomap as experiment
 from tff_radiomap.learning import federated_data, keras_wrap
@@ -72,26 +71,6 @@ def test_the_accountant_is_restored_from_its_file_or_replayed(config, tmp_path):
     # A run saved before the accounting existed (no file at its round): replayed from (seed, round).
     assert pa.restore(out, cfg, 2, events).state() == pa.replay(cfg, 2, events).state()
     assert pa.restore(out, cfg, 0, events).state() == []
-
-
-def test_a_resumed_uniform_run_reports_the_epsilon_of_an_uninterrupted_one(tff_runtime, config, cached_trainers, tmp_path, monkeypatch):
-    monkeypatch.setattr(experiment, "build_trainer", cached_trainers)
-    cfg = dataclasses.replace(config, defense="uniform", noise_multiplier=0.01, rounds=2, stage1_rounds=1)  # A round of each stage.
-    interrupted, straight = str(tmp_path / "interrupted"), str(tmp_path / "straight")
-    experiment.run(cfg, interrupted, progress=False, stop_after_round=1)
-    with open(pa.state_path(interrupted, 1)) as f:
-        assert json.load(f)["uploads"] == pa.replay(cfg, 1).state()
-    resumed = experiment.run(cfg, interrupted, progress=False)
-    uninterrupted = experiment.run(cfg, straight, progress=False)
-    assert resumed["privacy"] == uninterrupted["privacy"] == pa.run_summary(pa.replay(cfg))
-    assert resumed["privacy"]["max_epsilon"] > 0 and resumed["privacy"]["max_uploads_per_client"] >= 2
-    # Seeded noise: the resumed run's rounds are the uninterrupted run's, bit for bit.
-    strip = lambda rows: [{k: v for k, v in r.items() if "seconds" not in k} for r in rows]  # noqa: E731
-    assert strip(_rows(interrupted)) == strip(_rows(straight))
-    front_of = pa.max_epsilon_of_run(straight, json.load(open(os.path.join(straight, "summary.json"))))
-    assert front_of == resumed["privacy"]["max_epsilon"]
-    # A run finished before the accounting existed: its epsilon replayed from config.json.
-    assert pa.max_epsilon_of_run(straight, {}) == pytest.approx(front_of, rel=1e-12)
 
 
 def _upload_twice(cfg):

@@ -8,16 +8,22 @@ import pytest
 import tensorflow_federated as tff
 
 from tests.experiments.run_rows import rows_of as _rows
+from tff_radiomap.experiments import privacy_accounting as pa
 from tff_radiomap.experiments import privacy_radiomap as experiment
 
 
 def test_interrupted_run_resumes_and_ends_like_an_uninterrupted_one(tff_runtime, config, cached_trainers, tmp_path, monkeypatch):
+    """Metrics, summary and the per-client accountant (Uniform Noise: a finite epsilon) of a run
+    stopped after round 1 and resumed are those of an uninterrupted run."""
     monkeypatch.setattr(experiment, "build_trainer", cached_trainers)
+    config = dataclasses.replace(config, defense="uniform", noise_multiplier=0.01)
     interrupted, straight = str(tmp_path / "interrupted"), str(tmp_path / "straight")
 
     assert experiment.run(config, interrupted, progress=False, stop_after_round=1) == {"stopped_after_round": 1}
     assert [r["round"] for r in _rows(interrupted)] == ["1"]
     assert not os.path.exists(os.path.join(interrupted, "summary.json"))
+    with open(pa.state_path(interrupted, 1)) as f:
+        assert json.load(f)["uploads"] == pa.replay(config, 1).state()
     resumed = experiment.run(config, interrupted, progress=False)
     uninterrupted = experiment.run(config, straight, progress=False)
 
@@ -29,8 +35,16 @@ def test_interrupted_run_resumes_and_ends_like_an_uninterrupted_one(tff_runtime,
             np.testing.assert_allclose(float(a[key]), float(b[key]), rtol=1e-5, err_msg=key)
     for key in ("best_val_mse", "best_round", "final_val_mse"):
         np.testing.assert_allclose(resumed[key], uninterrupted[key], rtol=1e-5, err_msg=key)
-    assert resumed["privacy"] == uninterrupted["privacy"] and resumed["privacy"]["max_epsilon"] is None  # No Defense: no guarantee.
-    assert json.load(open(os.path.join(interrupted, "config.json")))["defense"] == "none"
+    assert resumed["privacy"] == uninterrupted["privacy"] == pa.run_summary(pa.replay(config))
+    assert resumed["privacy"]["max_epsilon"] > 0 and resumed["privacy"]["max_uploads_per_client"] >= 2
+    # Seeded noise: the resumed run's rounds are the uninterrupted run's, bit for bit.
+    strip = lambda rows: [{k: v for k, v in r.items() if "seconds" not in k} for r in rows]  # noqa: E731
+    assert strip(rows_a) == strip(rows_b)
+    front_of = pa.max_epsilon_of_run(straight, json.load(open(os.path.join(straight, "summary.json"))))
+    assert front_of == resumed["privacy"]["max_epsilon"]
+    # A run finished before the accounting existed: its epsilon replayed from config.json.
+    assert pa.max_epsilon_of_run(straight, {}) == pytest.approx(front_of, rel=1e-12)
+    assert json.load(open(os.path.join(interrupted, "config.json")))["defense"] == "uniform"
     assert os.listdir(os.path.join(interrupted, "tensorboard"))
     for name in ("curves.png", "predictions.png"):
         with open(os.path.join(straight, name), "rb") as f:
