@@ -1,6 +1,7 @@
 """The adaptive defense's runs: exact run to run and across a resume (allocator state included)."""
 
 import dataclasses
+import functools
 import os
 
 import numpy as np
@@ -8,6 +9,14 @@ import pytest
 
 from tests.experiments.run_rows import rows_of as _rows
 from tff_radiomap.experiments import privacy_radiomap as experiment
+from tff_radiomap.privacy import allocator
+
+
+@pytest.fixture(autouse=True)
+def small_allocator(monkeypatch):
+    """A small proxy buffer and few allocator steps: these tests are about exact resume, not about
+    what the allocator learns (tests/privacy/test_allocator.py uses the same sizes)."""
+    monkeypatch.setattr(allocator, "AllocatorConfig", functools.partial(allocator.AllocatorConfig, buffer_traces=32, steps=3, harm_samples=8))
 
 
 def test_an_adaptive_run_with_the_attack_is_the_same_run_to_run_and_across_a_resume(tff_runtime, config, cached_trainers, tmp_path, monkeypatch):
