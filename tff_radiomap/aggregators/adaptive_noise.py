@@ -241,18 +241,6 @@ class AdaptiveSubspaceNoiseFactory(AdaptiveGroupNoiseFactory):
 
         return self._privatize_rows(extras, rows, basis, draw)
 
-    def aware_weights(self, sigma, variant: str):
-        """Per-group weights ([G], or [N, G] row by row) of view `variant` (see the base class)."""
-        sigma = tf.convert_to_tensor(sigma, tf.float32)
-        present = tf.constant(self.groups.sizes > 0)
-        s_min = tf.reduce_min(tf.where(present, sigma, np.float32(np.inf)), axis=-1, keepdims=True)
-        least = tf.cast(sigma <= s_min * (1.0 + 1e-6), tf.float32)
-        if variant == "projected":
-            return least
-        if variant == "whitened":
-            return tf.where(s_min > 0, s_min / tf.maximum(sigma, 1e-30), least)
-        raise ValueError(f"aware view {variant!r}: expected one of {self.aware_variants()}")
-
     def whiten_batch(self, uploads, weights):
         """Rows of uploads [N, d] with block g scaled by weights[..., g], the residual by the last."""
         basis = self._eager_basis()

@@ -114,10 +114,11 @@ class ClientPerturbationFactory(tff.aggregators.UnweightedAggregationFactory, tf
         return ("whitened", "projected")
 
     def aware_weights(self, sigma, variant: str):
-        """Per-group weights [G] of view `variant` for per-group noise scales `sigma` (TF code)."""
+        """Per-group weights ([G], or [N, G] row by row) of view `variant` for per-group noise scales
+        `sigma` (TF code)."""
         sigma = tf.convert_to_tensor(sigma, tf.float32)
         present = tf.constant(self.groups.sizes > 0) if self.groups is not None else tf.ones_like(sigma, tf.bool)
-        s_min = tf.reduce_min(tf.where(present, sigma, tf.fill(tf.shape(sigma), np.float32(np.inf))))
+        s_min = tf.reduce_min(tf.where(present, sigma, tf.fill(tf.shape(sigma), np.float32(np.inf))), axis=-1, keepdims=True)
         least = tf.cast(sigma <= s_min * (1.0 + 1e-6), tf.float32)
         if variant == "projected":
             return least
