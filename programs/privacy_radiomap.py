@@ -31,6 +31,10 @@ _DEFAULTS = experiment.ExperimentConfig(data_root="")
 flags.DEFINE_string("data_root", None, "RadioMapSeer-layout folder; default: the cached default synthetic set.")
 flags.DEFINE_integer("resolution", _DEFAULTS.resolution, "Side of the maps the model sees, in pixels.")
 flags.DEFINE_float("width", _DEFAULTS.width, "Width multiplier of RadioUNet's layer widths.")
+flags.DEFINE_enum(
+    "stage2_output", _DEFAULTS.stage2_output, ["linear", "relu"],
+    "Stage 2's output activation: linear (default; a ReLU output can die for good) or relu (the authors').",
+)
 flags.DEFINE_integer("rounds", _DEFAULTS.rounds, "Communication rounds R.")
 flags.DEFINE_integer("stage1_rounds", None, "Rounds training stage 1 (R1); default: rounds // 2.")
 flags.DEFINE_integer("clients", _DEFAULTS.num_clients, "Number of clients K.")
@@ -129,6 +133,7 @@ def _config() -> experiment.ExperimentConfig:
             data_root=data_root,
             resolution=FLAGS.resolution,
             width=FLAGS.width,
+            stage2_output=FLAGS.stage2_output,
             rounds=FLAGS.rounds,
             stage1_rounds=stage1,
             num_clients=FLAGS.clients,

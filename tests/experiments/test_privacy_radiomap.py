@@ -197,3 +197,17 @@ def test_client_placement_is_checked_and_old_runs_count_as_tff(config, tmp_path)
     assert experiment._check_config(config, str(tmp_path / "old"))
     with pytest.raises(experiment.ConfigMismatchError, match="client_placement: saved 'tff', now 'in_process'"):
         experiment._check_config(dataclasses.replace(config, client_placement="in_process"), str(tmp_path / "old"))
+
+
+def test_runs_saved_before_stage2_output_existed_count_as_relu(config, tmp_path):
+    assert config.stage2_output == "linear" and config.model_config().stage2_output == "linear"
+    saved = dataclasses.asdict(config)
+    del saved["stage2_output"]  # A run saved before the field existed used the authors' ReLU.
+    os.makedirs(tmp_path / "old")
+    with open(tmp_path / "old" / "config.json", "w") as f:
+        json.dump(saved, f)
+    with pytest.raises(experiment.ConfigMismatchError, match="stage2_output: saved 'relu', now 'linear'"):
+        experiment._check_config(config, str(tmp_path / "old"))
+    assert experiment._check_config(dataclasses.replace(config, stage2_output="relu"), str(tmp_path / "old"))
+    with pytest.raises(ValueError, match="stage2_output='tanh': expected one of"):
+        dataclasses.replace(config, stage2_output="tanh")

@@ -75,6 +75,30 @@ def test_stages_compose_and_output_one_channel():
     assert refined.shape == (3, 32, 32, 1) and float(tf.reduce_min(refined)) >= 0.0  # ReLU output
 
 
+def test_a_linear_stage2_output_changes_only_stage2s_last_activation():
+    relu = ru.build_radiounet(ru.RadioUNetConfig(resolution=32, width=0.25))
+    tf.keras.utils.set_random_seed(3)
+    linear = ru.build_radiounet(ru.RadioUNetConfig(resolution=32, width=0.25, stage2_output="linear"))
+    for a, b in zip(linear.wnet.weights, relu.wnet.weights):
+        assert a.shape == b.shape and a.name == b.name
+    relu.wnet.set_weights(linear.wnet.get_weights())
+    with tf.init_scope():
+        bias = linear.stage2.get_layer("s2_output_conv").bias
+        bias.assign(bias - 10.0)  # Every pre-activation negative: the dead state of a ReLU output.
+        relu.stage2.get_layer("s2_output_conv").bias.assign(bias)
+    x = tf.random.uniform([2, 32, 32, 2])
+    (c_lin, r_lin), (c_relu, r_relu) = linear.wnet(x), relu.wnet(x)
+    np.testing.assert_array_equal(c_lin, c_relu)  # Stage 1 is the same network.
+    assert float(tf.reduce_max(r_relu)) == 0.0 and float(tf.reduce_max(r_lin)) < 0.0
+    np.testing.assert_allclose(r_relu, tf.nn.relu(r_lin), atol=1e-6)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(linear.stage2([x, c_lin]) - 0.5))
+    grads = tape.gradient(loss, linear.stage2.trainable_variables)
+    assert all(float(tf.norm(g)) > 0 for g in grads[-2:])  # The output conv still learns.
+    with pytest.raises(ValueError, match="stage2_output='tanh': expected one of"):
+        ru.RadioUNetConfig(stage2_output="tanh")
+
+
 def test_transmitter_sensitive_layers_read_the_raw_input():
     net = ru.build_radiounet(ru.RadioUNetConfig(resolution=32, width=0.25))
     assert ru.TRANSMITTER_SENSITIVE_LAYERS == ru.transmitter_sensitive_layers(1) + ru.transmitter_sensitive_layers(2)

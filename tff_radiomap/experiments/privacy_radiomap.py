@@ -59,6 +59,9 @@ class ExperimentConfig:
     data_root: str
     resolution: int = 64
     width: float = 0.25
+    # Stage 2's output activation (radiounet.RadioUNetConfig.stage2_output): "linear" since the
+    # front's fourth session; runs saved before the field existed used "relu" (LEGACY_VALUES).
+    stage2_output: str = "linear"
     rounds: int = 50
     stage1_rounds: int = 25
     num_clients: int = 14
@@ -159,7 +162,7 @@ class ExperimentConfig:
         return round_num, client
 
     def model_config(self) -> radiounet.RadioUNetConfig:
-        return radiounet.RadioUNetConfig(resolution=self.resolution, width=self.width)
+        return radiounet.RadioUNetConfig(resolution=self.resolution, width=self.width, stage2_output=self.stage2_output)
 
     def phase_for_round(self, round_num: int) -> Phase:
         if DEFENSES[self.defense].protocol == "fedsgd":
@@ -293,6 +296,9 @@ class DataTooSmallError(ValueError):
     """The data set cannot serve the configuration (e.g. fewer samples than the attack needs)."""
 
 
+# Fields added with a default other than the behaviour of the runs saved before them.
+LEGACY_VALUES = {"stage2_output": "relu"}
+
 RUN_FILES = ("config.json", "metrics.csv", "summary.json", "program_state", "tensorboard", "allocator_state", "basis", "accounting")
 
 
@@ -307,8 +313,10 @@ def _check_config(config: ExperimentConfig, output_dir: str) -> bool:
             found = json.load(f)
     except (OSError, ValueError) as exc:
         raise ConfigMismatchError(f"{path} is unreadable ({exc})") from exc
-    # A field added to ExperimentConfig after the run was saved counts as its default value.
+    # A field added to ExperimentConfig after the run was saved counts as the value runs had before
+    # it existed: its default, or LEGACY_VALUES' entry where the default changed with the field.
     defaults = {f.name: f.default for f in dataclasses.fields(config) if f.default is not dataclasses.MISSING}
+    defaults.update(LEGACY_VALUES)
     saved = lambda k: found.get(k, defaults.get(k))  # noqa: E731
     differing = sorted(k for k in set(found) | set(wanted) if saved(k) != wanted.get(k))
     if differing:

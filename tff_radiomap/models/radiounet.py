@@ -25,6 +25,13 @@ dec8..dec1: 300, 150, 100, 100, 60, 50, 40, 20 (stage 1) and 110, 90, 70, 60, 50
 convolution gives the 1-channel output (`s{1,2}_output_conv`). The input of stage 2 is
 [y1, x] (3 channels).
 
+`RadioUNetConfig.stage2_output="linear"` drops the ReLU of stage 2's output convolution (the only
+departure from the authors' table). A ReLU output has an absorbing state: once every pre-activation
+is negative the map is a constant 0 and no gradient reaches the stage again. Federated training
+falls into it at stage 2's first round for some seeds (bench/RESULTS.md, "Seed 1's dead stage 2");
+a linear output keeps the direct path from y1 and the stage input open. Stage 1 is unchanged, so
+its rounds are the same with either setting.
+
 Scaling, so that one builder gives the CPU default and the paper scale:
   - `width` multiplies every hidden width (rounded half up, at least 1);
   - the depth adapts to the resolution: the encoder keeps its first layers up to `depth` pooling
@@ -61,6 +68,7 @@ STAGE_WIDTHS = {
     2: ((20, 30, 40, 50, 60, 70, 90, 110, 150), (110, 90, 70, 60, 50, 40, 30, 20), 20),
 }
 MAX_DEPTH = sum(ENCODER_POOLS)
+STAGE2_OUTPUTS = ("relu", "linear")
 INPUT_CHANNELS = 2  # buildings, transmitter raster
 
 SENSITIVE_SUFFIXES = ("input_conv", "input_fuse_conv", "output_conv")
@@ -81,6 +89,7 @@ class RadioUNetConfig:
     resolution: int = 64
     width: float = 0.25
     min_bottleneck: int = 4  # Smallest feature map side the encoder may pool down to.
+    stage2_output: str = "relu"  # Stage 2's output activation: "relu" (the authors') or "linear".
 
     def __post_init__(self):
         if not isinstance(self.resolution, int) or self.resolution < 2 * self.min_bottleneck:
@@ -89,6 +98,8 @@ class RadioUNetConfig:
             raise ValueError(f"width={self.width!r}: expected a positive width multiplier")
         if self.min_bottleneck < 1:
             raise ValueError(f"min_bottleneck={self.min_bottleneck!r}: expected an integer >= 1")
+        if self.stage2_output not in STAGE2_OUTPUTS:
+            raise ValueError(f"stage2_output={self.stage2_output!r}: expected one of {STAGE2_OUTPUTS}")
         if self.resolution % (2**self.depth):
             raise ValueError(
                 f"resolution={self.resolution}: expected a multiple of 2**depth = {2**self.depth} "
@@ -129,8 +140,8 @@ class RadioUNet:
     wnet: tf.keras.Model
 
 
-def _conv(filters, kernel, name):
-    return tf.keras.layers.Conv2D(filters, kernel, padding="same", activation="relu", name=name)
+def _conv(filters, kernel, name, activation="relu"):
+    return tf.keras.layers.Conv2D(filters, kernel, padding="same", activation=activation, name=name)
 
 
 def _up(filters, kernel, name):
@@ -163,7 +174,8 @@ def _u_net(stage_input, stage: int, config: RadioUNetConfig):
     h = tf.keras.layers.Concatenate(name=f"{p}input_skip1")([h, stage_input])
     h = _conv(config.scaled(fuse_width), 5, p + "input_fuse_conv")(h)
     h = tf.keras.layers.Concatenate(name=f"{p}input_skip0")([h, stage_input])
-    return _conv(1, 5, p + "output_conv")(h)
+    output_activation = "relu" if stage == 1 or config.stage2_output == "relu" else None
+    return _conv(1, 5, p + "output_conv", output_activation)(h)
 
 
 def build_radiounet(config: RadioUNetConfig = RadioUNetConfig()) -> RadioUNet:

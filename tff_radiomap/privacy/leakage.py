@@ -204,9 +204,10 @@ class ModelState:
     test_fraction: float = 0.15
 
 
-def initial_state(seed: int, resolution: int = 64, width: float = 0.25) -> ModelState:
-    """The initial weights of `seed`: the model broadcast in round 1 of a run with that seed."""
-    config = radiounet.RadioUNetConfig(resolution=resolution, width=width)
+def initial_state(seed: int, resolution: int = 64, width: float = 0.25, stage2_output: str = "linear") -> ModelState:
+    """The initial weights of `seed`: the model broadcast in round 1 of a run with that seed
+    (`stage2_output` as `privacy_radiomap.ExperimentConfig`'s default)."""
+    config = radiounet.RadioUNetConfig(resolution=resolution, width=width, stage2_output=stage2_output)
     return ModelState(config, keras_wrap.initial_weights(config, seed), f"initial weights of seed {seed} (round 1)", split_seed=seed)
 
 
@@ -224,6 +225,8 @@ def run_config(run_dir: str):
     with open(path) as f:
         saved = json.load(f)
     names = {f.name for f in dataclasses.fields(experiment.ExperimentConfig)}
+    # A field the run predates takes the value such runs had (`LEGACY_VALUES`), not today's default.
+    saved = {**experiment.LEGACY_VALUES, **saved}
     return experiment.ExperimentConfig(**{k: v for k, v in saved.items() if k in names})
 
 
