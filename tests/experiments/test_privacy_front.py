@@ -143,3 +143,48 @@ def test_one_seed_has_no_std_and_max_epsilon_is_the_worst_seed_or_no_guarantee(r
     assert "| none | 0 | 2 | -21.00 | 1.00 | 25.00 | 5.00 | 30.00 | 100.00 | no guarantee |" in table
     assert "| uniform | 0.01 | 2 | -14.00 | 1.00 | 65.00 | 5.00 | 62.50 | 105.00 | 14 |" in table
     assert os.path.getsize(out["figure"]) > 10_000
+
+
+def _fake_adaptive_run(root, name, rounds):
+    """A finished run recording its allocation: `rounds` is [(phase, val_mse_db, {group: weight})]."""
+    d = os.path.join(root, name)
+    os.makedirs(d)
+    groups = sorted({g for _, _, w in rounds for g in w})
+    with open(os.path.join(d, "metrics.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["round", "phase", "val_mse_db"] + [f"allocator/weight_{g}" for g in groups])
+        w.writeheader()
+        for i, (phase, db, weights) in enumerate(rounds, 1):
+            w.writerow({"round": i, "phase": phase, "val_mse_db": db, **{f"allocator/weight_{g}": weights.get(g, NAN) for g in groups}})
+    with open(os.path.join(d, "summary.json"), "w") as f:
+        json.dump({"best_val_mse_db": min(db for _, db, _ in rounds)}, f)
+
+
+def test_allocation_csv_holds_every_recorded_weight_and_the_moves_per_run(tmp_path):
+    root = str(tmp_path)
+    stage1 = [(1, -10.0 - 0.1 * i, {"block0": 0.25 + 0.01 * i, "residual": 0.75 - 0.01 * i}) for i in range(3)]
+    stage2 = [(2, -12.0 - 0.1 * i, {"block0": 0.5, "residual": 0.5 - 0.1 * i}) for i in range(2)]
+    _fake_adaptive_run(root, "adaptive_nu0.01_s0", stage1 + stage2)
+    _fake_run(root, "uniform_nu0.01_s0", -15.0, [(1, 50, 100)])  # Records no allocation.
+    out = pf.write_results(root, ["uniform", "adaptive"], [0.01], [0, 1], skip_missing=True)
+    rows = list(csv.DictReader(open(out["allocation_csv"])))
+    assert tuple(rows[0]) == pf.ALLOCATION_COLUMNS
+    assert len(rows) == 10 and {r["method"] for r in rows} == {"adaptive"}
+    assert rows[2] == dict(method="adaptive", noise_multiplier="0.01", seed="0", round="2", group="block0", weight="0.26", phase="1")
+    (move,) = out["allocation_moves"]
+    assert move["first_to_last"] == pytest.approx(0.35)  # residual 0.75 -> 0.4 (round 1 -> 5)
+    assert move["within_phase"] == pytest.approx(0.1)  # stage 2's residual 0.5 -> 0.4
+    assert "| adaptive_nu0.01_s0 | 1-5 | 0.350 | 0.100 |" in open(out["table_md"]).read()
+    assert os.path.getsize(out["allocation_figure"]) > 10_000
+    assert "allocation_csv" not in pf.write_results(root, ["uniform"], [0.01], [0])  # No run records one.
+
+
+def test_a_stage_that_ends_at_a_constant_validation_mse_is_noted_as_dead(tmp_path):
+    root = str(tmp_path)
+    alive = [(1, -16.0 + 0.02 * i, {}) for i in range(12)]  # 0.18 dB over the last 10 rounds
+    dead = [(1, -16.0, {})] * 2 + [(2, -12.39, {})] * pf.DEAD_ROUNDS
+    _fake_adaptive_run(root, "none_s0", alive)
+    _fake_adaptive_run(root, "none_s1", dead)
+    table = open(pf.write_results(root, ["none"], [0.01], [0, 1])["table_md"]).read()
+    assert "- none_s1: stage 2's validation MSE stays at -12.39 dB over its last 10 rounds (a dead model)" in table
+    assert "none_s0: stage" not in table
+    assert pf.dead_stage([]) is None and pf.dead_stage(pf.privacy_table.read_metrics(os.path.join(root, "none_s0"))) is None

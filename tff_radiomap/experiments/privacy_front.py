@@ -13,6 +13,9 @@ Then `write_results` writes
                           none (`privacy_accounting.max_epsilon_of_run`; replayed for old runs)
     front.png             attacker RMSE against best validation MSE, one line per method across
                           nu, error bars (std over seeds) in both axes, the constant guess dashed
+    allocation.csv, .png  where runs learn their allocation (Adaptive): the mean client's weight
+                          of each group after each round (`ALLOCATION_COLUMNS`; the allocator's
+                          `allocator/weight_<group>` measurements), one panel per run
 
 A run counts once its summary.json is written. `write_results(..., skip_missing=True)` reports
 from the finished runs alone and names the others. Running and reading the runs reuse Table I's
@@ -47,6 +50,12 @@ COLUMNS = (
     "max_epsilon",  # Last: the columns before it are those of fronts written before it existed.
 )
 STD_COLUMNS = tuple(c for c in COLUMNS if c.endswith("_std"))
+ALLOCATION_COLUMNS = ("method", "noise_multiplier", "seed", "round", "group", "weight", "phase")
+WEIGHT_PREFIX = "allocator/weight_"
+# A stage whose validation MSE stays within this many dB over its last DEAD_ROUNDS rounds is (at
+# seeds whose model learns, the last 10 rounds spread 0.2-1.3 dB; a dead one 0.00-0.05 dB)
+# reported as dead (a constant map: a ReLU output whose pre-activations are all negative).
+DEAD_ROUNDS, DEAD_SPREAD_DB = 10, 0.1
 
 
 def cells(methods, noise_multipliers) -> list[tuple[str, float]]:
@@ -172,6 +181,9 @@ def front_rows(output_dir: str, methods, noise_multipliers, seeds, skip_missing:
             final = max((int(r["round"]) for r in metrics), default=0)
             if at < final:
                 notes.append(f"{run_name(method, nu, seed)}: last attack at round {at} of {final} (later ones skipped: model not finite)")
+            dead = dead_stage(metrics)
+            if dead is not None:
+                notes.append(f"{run_name(method, nu, seed)}: stage {dead[0]}'s validation MSE stays at {dead[1]:.2f} dB over its last {DEAD_ROUNDS} rounds (a dead model)")
         best = privacy_table.mean_std([s["best_val_mse_db"] for _, s, _, _ in runs])
         final_attack = privacy_table.mean_std([a for a, _ in last])
         per_run_mean = [privacy_table.mean_std([r.get("attack_rmse_m", np.nan) for r in metrics])[0] for _, _, metrics, _ in runs]
@@ -183,6 +195,55 @@ def front_rows(output_dir: str, methods, noise_multipliers, seeds, skip_missing:
             _worst(epsilons),
         ))))
     return rows, missing, notes
+
+
+def dead_stage(metrics: list[dict]) -> tuple[int, float] | None:
+    """(phase, dB) if the run's last phase ends with DEAD_ROUNDS rounds of a constant validation
+    MSE (spread under DEAD_SPREAD_DB), else None."""
+    if not metrics:
+        return None
+    phase = metrics[-1].get("phase")
+    tail = [r["val_mse_db"] for r in metrics if r.get("phase") == phase][-DEAD_ROUNDS:]
+    if len(tail) < DEAD_ROUNDS or not np.all(np.isfinite(tail)) or np.ptp(tail) >= DEAD_SPREAD_DB:
+        return None
+    return int(phase), float(np.mean(tail))
+
+
+def allocation_rows(output_dir: str, methods, noise_multipliers, seeds) -> list[dict]:
+    """`ALLOCATION_COLUMNS` rows of every finished run that records its allocation."""
+    rows = []
+    for method, nu in cells(methods, noise_multipliers):
+        for seed in seeds:
+            run_dir = os.path.join(output_dir, run_name(method, nu, seed))
+            if not finished(run_dir):
+                continue
+            for r in privacy_table.read_metrics(run_dir):
+                for key, weight in r.items():
+                    if key.startswith(WEIGHT_PREFIX) and np.isfinite(weight):
+                        rows.append(dict(zip(ALLOCATION_COLUMNS, (method, nu, seed, int(r["round"]), key[len(WEIGHT_PREFIX):], weight, int(r["phase"])))))
+    return rows
+
+
+def allocation_moves(rows: list[dict]) -> list[dict]:
+    """Per run: the largest change of a group's weight between its first and last recorded round
+    (`first_to_last`), and within one phase (`within_phase`)."""
+    runs = {}
+    for r in rows:
+        runs.setdefault((r["method"], r["noise_multiplier"], r["seed"]), []).append(r)
+    moves = []
+    for (method, nu, seed), rs in runs.items():
+        def weights(select):
+            return {r["group"]: r["weight"] for r in rs if select(r)}
+        first_round, last_round = min(r["round"] for r in rs), max(r["round"] for r in rs)
+        first, last = weights(lambda r: r["round"] == first_round), weights(lambda r: r["round"] == last_round)
+        within = 0.0
+        for phase in {r["phase"] for r in rs}:
+            rounds = [r["round"] for r in rs if r["phase"] == phase]
+            a, b = weights(lambda r: r["phase"] == phase and r["round"] == min(rounds)), weights(lambda r: r["phase"] == phase and r["round"] == max(rounds))
+            within = max([within] + [abs(b[g] - a[g]) for g in a if g in b])
+        moves.append(dict(method=method, noise_multiplier=nu, seed=seed, first_round=first_round, last_round=last_round,
+                          first_to_last=max([abs(last[g] - first[g]) for g in first if g in last], default=0.0), within_phase=within))
+    return moves
 
 
 def _worst(epsilons) -> float | None:
@@ -204,13 +265,23 @@ def write_results(output_dir: str, methods, noise_multipliers, seeds, skip_missi
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
         writer.writerows({k: privacy_table.csv_cell(v) if k in STD_COLUMNS + ("max_epsilon",) else v for k, v in r.items()} for r in rows)
+    allocation = allocation_rows(output_dir, methods, noise_multipliers, seeds)
+    moves = allocation_moves(allocation)
     with open(paths["md"], "w") as f:
-        f.write(_markdown(rows, seeds, missing, notes))
+        f.write(_markdown(rows, seeds, missing, notes, moves))
     _figure(paths["png"], rows)
-    return {"rows": rows, "missing": missing, "table_md": paths["md"], "csv": paths["csv"], "figure": paths["png"]}
+    result = {"rows": rows, "missing": missing, "table_md": paths["md"], "csv": paths["csv"], "figure": paths["png"]}
+    if allocation:
+        result.update(allocation_csv=os.path.join(output_dir, "allocation.csv"), allocation_figure=os.path.join(output_dir, "allocation.png"), allocation_moves=moves)
+        with open(result["allocation_csv"], "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=ALLOCATION_COLUMNS)
+            writer.writeheader()
+            writer.writerows(allocation)
+        _allocation_figure(result["allocation_figure"], allocation)
+    return result
 
 
-def _markdown(rows, seeds, missing, notes) -> str:
+def _markdown(rows, seeds, missing, notes, moves=()) -> str:
     lines = [
         f"Privacy-utility front (seeds {', '.join(map(str, seeds))}; mean +- std over the seeds of each row)",
         "",
@@ -229,6 +300,12 @@ def _markdown(rows, seeds, missing, notes) -> str:
         "individual uploads (each client composes its own uploads; no amplification by sampling); 'no guarantee' where an "
         "upload had none; 'n/a' where a run's is not known (no config.json). std 'n/a': fewer than two seeds with a value.",
     ]
+    if moves:
+        lines += ["", "Learned allocations (allocation.csv): the largest change of a group's weight, between the first and last "
+                  "recorded round, and within one phase (each phase has its own allocator and groups).", "",
+                  "| run | rounds | first to last | within a phase |", "| --- | --- | --- | --- |"]
+        lines += [f"| {run_name(m['method'], m['noise_multiplier'], m['seed'])} | {m['first_round']}-{m['last_round']} | "
+                  f"{m['first_to_last']:.3f} | {m['within_phase']:.3f} |" for m in moves]
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
     if missing:
@@ -263,4 +340,31 @@ def _figure(path: str, rows) -> None:
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _allocation_figure(path: str, rows: list[dict]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = sorted({(r["method"], r["noise_multiplier"], r["seed"]) for r in rows})
+    cols = min(3, len(runs))
+    nrows = -(-len(runs) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.2 * nrows), squeeze=False, sharey=True)
+    for ax, run in zip(axes.flat, runs):
+        mine = [r for r in rows if (r["method"], r["noise_multiplier"], r["seed"]) == run]
+        for group in dict.fromkeys(r["group"] for r in mine):
+            points = sorted((r["round"], r["weight"]) for r in mine if r["group"] == group)
+            ax.plot(*zip(*points), marker=".", markersize=3, label=group)
+        for change in sorted({r["round"] for r in mine if r["phase"] != mine[0]["phase"]})[:1]:
+            ax.axvline(change - 0.5, color="k", linestyle=":", linewidth=0.8)
+        ax.set(title=run_name(*run), xlabel="round", ylabel="weight (mean client)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    for ax in list(axes.flat)[len(runs):]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
     plt.close(fig)
