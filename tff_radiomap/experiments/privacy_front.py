@@ -52,9 +52,10 @@ COLUMNS = (
 STD_COLUMNS = tuple(c for c in COLUMNS if c.endswith("_std"))
 ALLOCATION_COLUMNS = ("method", "noise_multiplier", "seed", "round", "group", "weight", "phase")
 WEIGHT_PREFIX = "allocator/weight_"
-# A stage whose validation MSE stays within this many dB over its last DEAD_ROUNDS rounds is (at
-# seeds whose model learns, the last 10 rounds spread 0.2-1.3 dB; a dead one 0.00-0.05 dB)
-# reported as dead (a constant map: a ReLU output whose pre-activations are all negative).
+# A stage whose validation MSE stays within this many dB over its last DEAD_ROUNDS rounds is
+# reported as dead (a constant map: a ReLU output whose pre-activations are all negative). In the
+# front's first runs the last 10 rounds spread 0.2-1.3 dB where the model learns, 0.00-0.05 dB
+# where stage 2 died.
 DEAD_ROUNDS, DEAD_SPREAD_DB = 10, 0.1
 
 
