@@ -25,7 +25,7 @@ def _fake_run(root, name, best_db, attacks):
         for round_num, attack, constant in attacks:
             w.writerow({"round": round_num, "val_mse_db": best_db + 1, "attack_rmse_m": attack, "attack_constant_rmse_m": constant})
     with open(os.path.join(d, "summary.json"), "w") as f:
-        json.dump({"best_val_mse_db": best_db}, f)
+        json.dump({"best_val_mse_db": best_db, "final_val_mse_db": best_db + 1}, f)
 
 
 @pytest.fixture
@@ -70,11 +70,13 @@ def test_front_csv_holds_one_row_per_method_and_nu_with_means_over_seeds(runs):
     assert reader.fieldnames == [
         "method", "noise_multiplier", "seeds", "best_val_mse_db_mean", "best_val_mse_db_std", "final_attack_rmse_m_mean",
         "final_attack_rmse_m_std", "mean_attack_rmse_m_mean", "constant_rmse_m", "max_epsilon",
-    ]  # The columns of fronts written before max_epsilon, then it.
+        "final_val_mse_db_mean", "final_val_mse_db_std",
+    ]  # The columns of fronts written before max_epsilon, then it, then the final MSE.
     assert [(r["method"], float(r["noise_multiplier"]), int(r["seeds"])) for r in rows] == [("none", 0.0, 2), ("uniform", 0.01, 2)]
     assert [r["max_epsilon"] for r in rows] == ["", ""]  # Not known: these runs have no config.json.
     none, uniform = ({k: float(v) for k, v in r.items() if k not in ("method", "max_epsilon")} for r in rows)
     assert none["best_val_mse_db_mean"] == pytest.approx(-21.0) and none["best_val_mse_db_std"] == pytest.approx(1.0)
+    assert none["final_val_mse_db_mean"] == pytest.approx(-20.0) and none["final_val_mse_db_std"] == pytest.approx(1.0)
     assert none["final_attack_rmse_m_mean"] == pytest.approx(25.0) and none["final_attack_rmse_m_std"] == pytest.approx(5.0)
     assert none["mean_attack_rmse_m_mean"] == pytest.approx(30.0)  # (25 + 35) / 2.
     # Seed 1's last attack was at round 1 (70 m); the constant guess is averaged run by run.
@@ -139,8 +141,8 @@ def test_one_seed_has_no_std_and_max_epsilon_is_the_worst_seed_or_no_guarantee(r
     assert (one["seeds"], one["best_val_mse_db_mean"], one["best_val_mse_db_std"], one["final_attack_rmse_m_std"]) == ("1", "-5.0", "", "")
     assert [rows[k]["max_epsilon"] for k in (("none", "0.0"), ("uniform", "0.01"), ("uniform", "0.1"))] == ["", "14.0", "3.25"]
     table = open(out["table_md"]).read()
-    assert "| uniform | 0.1 | 1 | -5.00 | n/a | 95.00 | n/a | 92.50 | 100.00 | 3.25 |" in table
-    assert "| none | 0 | 2 | -21.00 | 1.00 | 25.00 | 5.00 | 30.00 | 100.00 | no guarantee |" in table
+    assert "| uniform | 0.1 | 1 | -5.00 | n/a | 95.00 | n/a | 92.50 | 100.00 | 3.25 | -4.00 | n/a |" in table
+    assert "| none | 0 | 2 | -21.00 | 1.00 | 25.00 | 5.00 | 30.00 | 100.00 | no guarantee | -20.00 | 1.00 |" in table
     assert "| uniform | 0.01 | 2 | -14.00 | 1.00 | 65.00 | 5.00 | 62.50 | 105.00 | 14 |" in table
     assert os.path.getsize(out["figure"]) > 10_000
 

@@ -10,7 +10,9 @@ Then `write_results` writes
                           front.md, for one seed); the attacker RMSE averaged over a run's attacks;
                           the constant-guess floor; the max epsilon (delta 1e-5) over the seeds'
                           clients, empty ('no guarantee' in front.md) where a run's uploads have
-                          none (`privacy_accounting.max_epsilon_of_run`; replayed for old runs)
+                          none (`privacy_accounting.max_epsilon_of_run`; replayed for old runs);
+                          then the final validation MSE (dB; after the last round: stage 2's
+                          output, which the best, often stage 1's, does not see)
     front.png             attacker RMSE against best validation MSE, one line per method across
                           nu, error bars (std over seeds) in both axes, the constant guess dashed
     allocation.csv, .png  where runs learn their allocation (Adaptive): the mean client's weight
@@ -47,7 +49,9 @@ COLUMNS = (
     "final_attack_rmse_m_std",
     "mean_attack_rmse_m_mean",
     "constant_rmse_m",
-    "max_epsilon",  # Last: the columns before it are those of fronts written before it existed.
+    "max_epsilon",  # The columns before it are those of fronts written before it existed.
+    "final_val_mse_db_mean",  # The model after the last round (stage 2's), which best_val may not see.
+    "final_val_mse_db_std",
 )
 STD_COLUMNS = tuple(c for c in COLUMNS if c.endswith("_std"))
 ALLOCATION_COLUMNS = ("method", "noise_multiplier", "seed", "round", "group", "weight", "phase")
@@ -186,6 +190,7 @@ def front_rows(output_dir: str, methods, noise_multipliers, seeds, skip_missing:
             if dead is not None:
                 notes.append(f"{run_name(method, nu, seed)}: stage {dead[0]}'s validation MSE stays at {dead[1]:.2f} dB over its last {DEAD_ROUNDS} rounds (a dead model)")
         best = privacy_table.mean_std([s["best_val_mse_db"] for _, s, _, _ in runs])
+        final_mse = privacy_table.mean_std([s.get("final_val_mse_db", np.nan) for _, s, _, _ in runs])
         final_attack = privacy_table.mean_std([a for a, _ in last])
         per_run_mean = [privacy_table.mean_std([r.get("attack_rmse_m", np.nan) for r in metrics])[0] for _, _, metrics, _ in runs]
         constant = [privacy_table.mean_std([r.get("attack_constant_rmse_m", np.nan) for r in metrics])[0] for _, _, metrics, _ in runs]
@@ -193,7 +198,7 @@ def front_rows(output_dir: str, methods, noise_multipliers, seeds, skip_missing:
         rows.append(dict(zip(COLUMNS, (
             method, nu, len(runs), best[0], best[1], final_attack[0], final_attack[1],
             privacy_table.mean_std(per_run_mean)[0], privacy_table.mean_std(constant)[0],  # Run by run, then over seeds.
-            _worst(epsilons),
+            _worst(epsilons), final_mse[0], final_mse[1],
         ))))
     return rows, missing, notes
 
@@ -291,15 +296,19 @@ def _markdown(rows, seeds, missing, notes, moves=()) -> str:
     ]
     for r in rows:
         values = [r["method"], f"{r['noise_multiplier']:g}", str(r["seeds"])]
-        values += [privacy_table.std_text(r[c]) if c in STD_COLUMNS else f"{r[c]:.2f}" for c in COLUMNS[3:-1]]
-        eps = r["max_epsilon"]
-        values.append("no guarantee" if eps is None else "n/a" if not np.isfinite(eps) else f"{eps:.3g}")
+        for c in COLUMNS[3:]:
+            if c == "max_epsilon":
+                eps = r[c]
+                values.append("no guarantee" if eps is None else "n/a" if not np.isfinite(eps) else f"{eps:.3g}")
+            else:
+                values.append(privacy_table.std_text(r[c]) if c in STD_COLUMNS else f"{r[c]:.2f}")
         lines.append("| " + " | ".join(values) + " |")
     lines += [
         "",
         f"max_epsilon: the worst client's epsilon at delta {privacy_accounting.DELTA:g} over the seeds, against an observer of "
         "individual uploads (each client composes its own uploads; no amplification by sampling); 'no guarantee' where an "
-        "upload had none; 'n/a' where a run's is not known (no config.json). std 'n/a': fewer than two seeds with a value.",
+        "upload had none; 'n/a' where a run's is not known (no config.json). std 'n/a': fewer than two seeds with a value. "
+        "final_val_mse_db: after the last round (stage 2's output), where best_val_mse_db may be stage 1's.",
     ]
     if moves:
         lines += ["", "Learned allocations (allocation.csv): the largest change of a group's weight, between the first and last "
