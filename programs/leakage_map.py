@@ -18,7 +18,9 @@ import json
 import math
 import os
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up chatter, before it loads.
+from programs import console  # noqa: E402
+
+console.quiet_tensorflow_start()  # Before anything imports TensorFlow.
 
 from absl import app, flags  # noqa: E402
 

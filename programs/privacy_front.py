@@ -40,14 +40,18 @@ import math
 import os
 import sys
 
-import tensorflow  # noqa: F401  (imported before absl's main; see programs/epfl_remnet.py)
-from absl import app, flags
+from programs import console
 
-from programs import common
-from tff_radiomap.experiments import privacy_front
-from tff_radiomap.experiments import privacy_radiomap as experiment
-from tff_radiomap.experiments import privacy_table
-from tff_radiomap.experiments.privacy_table import ChildRuns
+console.quiet_tensorflow_start()  # Before anything imports TensorFlow.
+
+import tensorflow  # noqa: E402, F401  (imported before absl's main; see programs/epfl_remnet.py)
+from absl import app, flags  # noqa: E402
+
+from programs import common  # noqa: E402
+from tff_radiomap.experiments import privacy_front  # noqa: E402
+from tff_radiomap.experiments import privacy_radiomap as experiment  # noqa: E402
+from tff_radiomap.experiments import privacy_table  # noqa: E402
+from tff_radiomap.experiments.privacy_table import ChildRuns  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output_dir", "runs/privacy_front", "Folder of the runs, the table and the figure.")
@@ -133,6 +137,7 @@ def main(argv):
 
     root = common.data_root(FLAGS.data_root, default=default_set.ensure_default_dataset)
     common.require_writable_dir(FLAGS.output_dir, "output_dir")
+    console.log_to(FLAGS.output_dir)  # INFO logging (the runs' release managers); warnings stay on stderr.
     base = base_config(root, settings)
 
     runs = privacy_front.grid(base, FLAGS.methods, _nus(), _seeds(), FLAGS.output_dir)
@@ -162,7 +167,8 @@ def report_only() -> None:
 
 def _print(result: dict) -> None:
     print(open(result["table_md"]).read())
-    print(json.dumps({k: result[k] for k in ("csv", "table_md", "figure", "missing")}, indent=2))
+    keys = ("csv", "table_md", "figure", "allocation_csv", "allocation_figure", "missing")
+    print(json.dumps({k: result[k] for k in keys if k in result}, indent=2))
 
 
 def child_command(config, data_root: str) -> list[str]:

@@ -14,13 +14,17 @@ import math
 import os
 import sys
 
-import tensorflow  # noqa: F401  (imported before absl's main; see programs/epfl_remnet.py)
-from absl import app, flags
+from programs import console
 
-from programs import common
-from tff_radiomap.experiments import privacy_radiomap as experiment
-from tff_radiomap.experiments import privacy_table
-from tff_radiomap.experiments.privacy_table import ChildRuns
+console.quiet_tensorflow_start()  # Before anything imports TensorFlow.
+
+import tensorflow  # noqa: E402, F401  (imported before absl's main; see programs/epfl_remnet.py)
+from absl import app, flags  # noqa: E402
+
+from programs import common  # noqa: E402
+from tff_radiomap.experiments import privacy_radiomap as experiment  # noqa: E402
+from tff_radiomap.experiments import privacy_table  # noqa: E402
+from tff_radiomap.experiments.privacy_table import ChildRuns  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output_dir", "runs/privacy_table", "Folder of the runs, the table and the figure.")
@@ -65,6 +69,7 @@ def main(argv):
 
     root = common.data_root(FLAGS.data_root, default=default_set.ensure_default_dataset)
     common.require_writable_dir(FLAGS.output_dir, "output_dir")
+    console.log_to(FLAGS.output_dir)  # INFO logging (the runs' release managers); warnings stay on stderr.
     try:
         base = experiment.ExperimentConfig(
             data_root=root,
