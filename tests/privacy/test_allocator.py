@@ -1,6 +1,8 @@
 """The closed-form proxy attacker (Eq. (20)), the allocator step (Eq. (21)) and the adaptive
 factory over subspace groups."""
 
+import collections
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -207,6 +209,22 @@ def test_adaptive_subspace_noise_is_confined_to_each_block():
     rows, sig_rows = factory.privatize_batch(tf.constant(flat[None], tf.float32), seeds=tf.constant([[9, 0]], tf.int64))
     np.testing.assert_allclose(rows.numpy()[0], flat + noise, atol=1e-5)
     np.testing.assert_allclose(sig_rows.numpy()[0], sigma, rtol=1e-5)
+
+
+def test_adaptive_subspace_observes_a_rounds_extras_noise_seed_included():
+    """A seeded factory's round state carries the noise seed beside eta, round index and phase (the
+    attack hook observes it): the seed is not a defense parameter and is not observed."""
+    groups = _subspace_groups()
+    factory = AdaptiveSubspaceNoiseFactory(1.0, 0.5, groups, total_rounds=10, eta=_eta(groups), seed=0)
+    rows, seeds = tf.constant(np.concatenate([v.ravel() for v in _upload()])[None]), tf.constant([[3, 1]], tf.int64)
+    _, sigma_start = factory.privatize_batch(rows, seeds)
+    later = collections.OrderedDict(factory.initial_extras(), round_index=np.int32(9), seed=np.array([0, 7], np.int64))
+    factory.observe(later)
+    _, sigma_later = factory.privatize_batch(rows, seeds)
+    np.testing.assert_allclose(sigma_later.numpy(), factory.privatize_batch(rows, seeds, extras=tf.nest.map_structure(tf.convert_to_tensor, later))[1].numpy())
+    assert np.max(np.abs(sigma_later.numpy() - sigma_start.numpy())) > 1e-4  # The round index moved the allocation.
+    with pytest.raises(ValueError, match=r"observe: the extras lack \['phase'\]"):
+        factory.observe(collections.OrderedDict((k, v) for k, v in later.items() if k != "phase"))
 
 
 def test_adaptive_subspace_whitening_removes_the_per_block_scales():

@@ -165,12 +165,16 @@ class AdaptiveSubspaceNoiseFactory(AdaptiveGroupNoiseFactory):
 
     def observe(self, extras) -> None:
         """The extras `privatize_batch` uses by default (eta, round index, phase): held in variables,
-        so that a traced caller sees new values without tracing again."""
-        values = tf.nest.map_structure(lambda v: np.asarray(v), extras)
+        so that a traced caller sees new values without tracing again. Other entries of a round's
+        extras (the noise seed of a seeded factory) are not defense parameters and are ignored."""
         if self._observed is None:
-            self._observed = tf.nest.map_structure(lambda v: tf.Variable(v, trainable=False), values)
-        else:
-            tf.nest.map_structure(lambda var, v: var.assign(v), self._observed, values)
+            self._observed = tf.nest.map_structure(lambda v: tf.Variable(np.asarray(v), trainable=False), extras)
+            return
+        missing = sorted(set(self._observed) - set(extras))
+        if missing:
+            raise ValueError(f"observe: the extras lack {missing} (got {sorted(extras)})")
+        for key, variables in self._observed.items():
+            tf.nest.map_structure(lambda var, v: var.assign(np.asarray(v)), variables, extras[key])
 
     def _summaries(self, extras, rows, basis):
         fraction = tf.minimum(tf.cast(extras["round_index"], tf.float32) / self.total_rounds, 1.0)
