@@ -137,10 +137,7 @@ def _run_children(jobs: int) -> None:
     args = [a for a in sys.argv[1:] if not a.startswith(("--jobs", "--shard", "--claims", "--overwrite", "--nooverwrite"))]
     claims = tempfile.mkdtemp(prefix=".claims-", dir=FLAGS.out)  # Fresh per invocation: a killed one's claims do not count.
     try:
-        # Cores split between the children (TF's own default is every core per process); a user's setting wins.
-        threads = str(max(1, (os.cpu_count() or 1) // jobs))
-        env = {"TF_NUM_INTRAOP_THREADS": threads, "TF_NUM_INTEROP_THREADS": threads, **os.environ}
-        children = [subprocess.Popen([sys.executable, "-m", "programs.remnet_tables", *args, "--jobs=1", f"--shard={i}/{jobs}", f"--claims={claims}"], env=env) for i in range(jobs)]
+        children = [subprocess.Popen([sys.executable, "-m", "programs.remnet_tables", *args, "--jobs=1", f"--shard={i}/{jobs}", f"--claims={claims}"]) for i in range(jobs)]
         codes = [child.wait() for child in children]
     finally:
         shutil.rmtree(claims, ignore_errors=True)
