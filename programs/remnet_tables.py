@@ -19,8 +19,10 @@ boxplot.png and summary.json (configuration, wall time) to --out. FedFly is left
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 from absl import app, flags
@@ -50,7 +52,8 @@ flags.DEFINE_list("detail_splits", ["block"], "Splits on which the ablations and
 flags.DEFINE_list("detail_scenarios", ["heavy"], "Scenarios on which the ablations and the Pareto grid run (may be empty).")
 flags.DEFINE_integer("rem_size", 256, "Map side of the built-in synthetic REM set (512: about 4x the pixels per client).")
 flags.DEFINE_integer("jobs", 1, "Runs trained at a time, each in its own child process (an interleaved share of the runs); the tables are written once all are done.")
-flags.DEFINE_string("shard", "", "Internal (--jobs): I/N trains only the I-th of N shares and writes no tables.")
+flags.DEFINE_string("shard", "", "I/N trains only the I-th of N interleaved shares of the runs and writes no tables (e.g. one share per machine).")
+flags.DEFINE_string("claims", "", "Internal (--jobs): folder in which the children claim runs (with --shard=I/N naming the child); each keeps to the configurations it has traced.")
 flags.DEFINE_bool("report_only", False, "Only write the tables and figures of the runs already finished in --out (no training); a partial table says how many seeds stand behind each row.")
 flags.DEFINE_bool("tune", False, "Run the validation sweep (remnet_tuning.GRID) on --tune_scenario, block split, seed 0, and write tuning.csv/md; no tables.")
 flags.DEFINE_string("tune_scenario", "heavy", "Scenario of the validation sweep.")
@@ -89,6 +92,7 @@ def tables_config():
     common.require(FLAGS.jobs >= 1, "jobs", FLAGS.jobs, "an integer >= 1")
     shard = FLAGS.shard.split("/") if FLAGS.shard else ["0", "1"]
     common.require(len(shard) == 2 and all(v.isdigit() for v in shard) and int(shard[0]) < int(shard[1]), "shard", FLAGS.shard, "I/N with 0 <= I < N")
+    common.require(not FLAGS.claims or (FLAGS.shard and os.path.isdir(FLAGS.claims)), "claims", FLAGS.claims, "an existing folder, with --shard")
     common.require(FLAGS.tune_rounds >= 5, "tune_rounds", FLAGS.tune_rounds, "an integer >= 5")
     common.require(FLAGS.tune_scenario in rem_points.SCENARIOS, "tune_scenario", FLAGS.tune_scenario, f"one of {rem_points.SCENARIOS}")
     scenarios = _subset("scenarios", rem_points.SCENARIOS)
@@ -128,10 +132,15 @@ def tune(config) -> None:
 
 
 def _run_children(jobs: int) -> None:
-    """--jobs: this program once per share (--shard=I/N), all at once; exit 1 if one fails."""
-    args = [a for a in sys.argv[1:] if not a.startswith(("--jobs", "--shard", "--overwrite", "--nooverwrite"))]
-    children = [subprocess.Popen([sys.executable, "-m", "programs.remnet_tables", *args, "--jobs=1", f"--shard={i}/{jobs}"]) for i in range(jobs)]
-    codes = [child.wait() for child in children]
+    """--jobs: this program `jobs` times at once, the children claiming runs from one shared plan
+    (`remnet_tables.claim`); exit 1 if one fails."""
+    args = [a for a in sys.argv[1:] if not a.startswith(("--jobs", "--shard", "--claims", "--overwrite", "--nooverwrite"))]
+    claims = tempfile.mkdtemp(prefix=".claims-", dir=FLAGS.out)  # Fresh per invocation: a killed one's claims do not count.
+    try:
+        children = [subprocess.Popen([sys.executable, "-m", "programs.remnet_tables", *args, "--jobs=1", f"--shard={i}/{jobs}", f"--claims={claims}"]) for i in range(jobs)]
+        codes = [child.wait() for child in children]
+    finally:
+        shutil.rmtree(claims, ignore_errors=True)
     if any(codes):
         common.fail(f"--jobs={jobs}: shard exit codes {codes}; finished runs are kept, run the same command again to resume", code=1)
 
@@ -150,7 +159,7 @@ def main(argv):
             return common.supervised(lambda: tune(config), runtime.install_local_context())
         if FLAGS.shard:
             shard = tuple(int(v) for v in FLAGS.shard.split("/"))
-            return common.supervised(lambda: remnet_tables.run_all(config, FLAGS.out, shard=shard), runtime.install_local_context())
+            return common.supervised(lambda: remnet_tables.run_all(config, FLAGS.out, shard=shard, claims_dir=FLAGS.claims or None), runtime.install_local_context())
         if FLAGS.jobs > 1 and not FLAGS.report_only:
             _run_children(FLAGS.jobs)
         if FLAGS.report_only or FLAGS.jobs > 1:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import hashlib
 import json
 import os
 
@@ -143,40 +144,72 @@ def shard_of(config: TablesConfig, shard: tuple[int, int]) -> set[str]:
     return set(keys[shard[0] :: shard[1]])
 
 
-def run_all(config: TablesConfig, out_dir: str, log=print, train: bool = True, shard: tuple[int, int] = (0, 1)) -> dict[tuple, dict]:
+def claim(claims_dir: str, planned: PlannedRun) -> bool:
+    """True for the first process to claim `planned` in `claims_dir` (an exclusively created file)."""
+    path = os.path.join(claims_dir, hashlib.sha1(planned.key().encode()).hexdigest())
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
+def _next_run(pending: list[PlannedRun], processes: dict, loaded: tuple | None) -> PlannedRun:
+    """The first pending run in plan order, preferring one whose configuration this process has
+    traced already (with --jobs each child keeps to its configurations), then one on the loaded data."""
+    return min(pending, key=lambda p: (stacked_runner.process_key(p.method) not in processes, (p.split, p.seed) != loaded))
+
+
+def load_split(config: TablesConfig, split: str, seed: int) -> tuple[dict, int]:
+    """The scenarios of one (split, seed) and the padded client size of their stacked data."""
+    scenarios = rem_points.load_scenarios(dataclasses.replace(config.data, test_split=split, seed=seed), config.scenarios)
+    n_max = max(c.num_train for s in scenarios.values() for c in s.clients)
+    return scenarios, -(-n_max // config.base.batch_size) * config.base.batch_size  # Whole batches: seeds of a split share one trace.
+
+
+def run_all(config: TablesConfig, out_dir: str, log=print, train: bool = True, shard: tuple[int, int] = (0, 1), claims_dir: str | None = None) -> dict[tuple, dict]:
     """Runs (or reads back) every planned run; returns (split, seed, scenario, label) -> final
     result (with its `run_dir`). A run whose configuration equals an earlier one's is not repeated.
     `train=False` only reads back the finished runs (the tables of a partial run); `shard` (i, n)
-    trains only the i-th of n interleaved shares of the distinct runs (`--jobs`)."""
-    results, by_key, processes, loaded = {}, {}, {}, {}
-    mine = shard_of(config, shard) if shard != (0, 1) else None
+    trains only the i-th of n interleaved shares of the distinct runs; `claims_dir` (`--jobs`) trains
+    the runs this process claims there first (see `claim`), several processes sharing one plan."""
+    results, by_key, processes = {}, {}, {}
+    mine = shard_of(config, shard) if shard != (0, 1) and claims_dir is None else None
+    aliases = {}  # Planned runs equal to an earlier one: (ident, ident of the run that stands for it).
+    pending = []
     for planned in plan(config):
+        ident = (planned.split, planned.seed, planned.scenario, planned.label)
         if mine is not None and planned.key() not in mine:
             continue
         if planned.key() in by_key:
-            if by_key[planned.key()] in results:
-                results[(planned.split, planned.seed, planned.scenario, planned.label)] = results[by_key[planned.key()]]
+            aliases[ident] = by_key[planned.key()]
             continue
-        if not train:
+        by_key[planned.key()] = ident
+        pending.append(planned)
+    if not train:
+        for planned in pending:
             final = os.path.join(planned.run_dir(out_dir), "final.json")
             if os.path.exists(final):
                 with open(final) as f:
                     results[(planned.split, planned.seed, planned.scenario, planned.label)] = dict(json.load(f), run_dir=planned.run_dir(out_dir))
-            by_key[planned.key()] = (planned.split, planned.seed, planned.scenario, planned.label)
+        pending = []
+    loaded, scenarios = None, None  # One split in memory at a time.
+    while pending:
+        planned = _next_run(pending, processes, loaded) if claims_dir else pending[0]
+        pending.remove(planned)
+        if claims_dir and not claim(claims_dir, planned):
             continue
-        if (planned.split, planned.seed) not in loaded:
-            data = dataclasses.replace(config.data, test_split=planned.split, seed=planned.seed)
-            loaded = {(planned.split, planned.seed): rem_points.load_scenarios(data, config.scenarios)}  # One split in memory at a time.
-            n_max = max(c.num_train for s in loaded[(planned.split, planned.seed)].values() for c in s.clients)
-            pad_to = -(-n_max // config.base.batch_size) * config.base.batch_size  # Whole batches: seeds of a split share one trace.
-        scenario = loaded[(planned.split, planned.seed)][planned.scenario]
+        if (planned.split, planned.seed) != loaded:
+            loaded = (planned.split, planned.seed)
+            scenarios, pad_to = load_split(config, *loaded)
         run = dataclasses.replace(config.run, seed=planned.seed)
         run_dir = planned.run_dir(out_dir)
         log(f"== {planned.split} / seed {planned.seed} / {planned.scenario} / {planned.label}")
-        result = stacked_runner.run_stacked(run_dir, scenario, planned.method, run, log=log, pad_to=pad_to, processes=processes)
-        ident = (planned.split, planned.seed, planned.scenario, planned.label)
-        results[ident] = dict(result, run_dir=run_dir)
-        by_key[planned.key()] = ident
+        result = stacked_runner.run_stacked(run_dir, scenarios[planned.scenario], planned.method, run, log=log, pad_to=pad_to, processes=processes)
+        results[(planned.split, planned.seed, planned.scenario, planned.label)] = dict(result, run_dir=run_dir)
+    for ident, source in aliases.items():
+        if source in results:
+            results[ident] = results[source]
     return results
 
 

@@ -259,6 +259,7 @@ class StackedProcess:
         self.side_per_sample = side_bytes_per_sample(config, local)
         self.shapes = dict(zip(self.layout.shared_keys, (v.shape for v in self.layout.initial_shared)))
         self._rounds = {sync: tf.function(lambda *a, sync=sync: self._round(*a, sync=sync), autograph=False) for sync in (False, True)}
+        self._predict = tf.function(self._predict_graph, autograph=False, reduce_retracing=True)
 
     def initial_state(self, num_clients: int, client_seeds, model_seed: int | None = None) -> dict:
         """Every client starts from the common initial model of `model_seed` (default: the seed
@@ -371,16 +372,20 @@ class StackedProcess:
         return new, metrics
 
     def predict(self, state: dict, train: dict, x) -> np.ndarray:
-        """[C, T, M] z-scored predictions of every client's personalized model on x [C, T, D]."""
-        c = x.shape[0]
-        shared = self.evaluated_shared(state)
+        """[C, T, M] z-scored predictions of every client's personalized model on x [C, T, D].
+        One graph per process (traced once, any T), reused by every run and evaluation."""
         if self.stacked.ditto:
-            params = {k[len(PERSONAL) :]: v for k, v in state["private"].items()}
+            shared, stacked = {}, {k[len(PERSONAL) :]: v for k, v in state["private"].items()}
         else:
-            params = {k: np.repeat(np.asarray(v)[None], c, 0) for k, v in shared.items()}
-            params.update(state["private"])
-        params = {k: tf.constant(v) for k, v in params.items()}
+            shared, stacked = self.evaluated_shared(state), state["private"]
+        gp_train = {k: train[k] for k in ("x", "y", "num_examples")} if self.local.name == "deep_kernel_gp" else {}
+        return self._predict(shared, stacked, gp_train, x).numpy()
+
+    def _predict_graph(self, shared, stacked, gp_train, x):
+        c = tf.shape(x)[0]
+        params = {k: tf.repeat(v[None], c, axis=0) for k, v in shared.items()}  # The server model on every client.
+        params.update(stacked)
         if self.local.name == "deep_kernel_gp":
-            valid = tf.cast(tf.range(train["x"].shape[1])[None, :] < train["num_examples"][:, None], tf.float32)
-            return gp_predict(params, tf.constant(train["x"]), tf.constant(train["y"]), valid, tf.constant(x)).numpy()
-        return remnet_forward(params, tf.constant(x)).numpy()
+            valid = tf.cast(tf.range(tf.shape(gp_train["x"])[1])[None, :] < gp_train["num_examples"][:, None], tf.float32)
+            return gp_predict(params, gp_train["x"], gp_train["y"], valid, x)
+        return remnet_forward(params, x)

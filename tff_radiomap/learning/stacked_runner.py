@@ -41,14 +41,30 @@ def _padded(arrays: list[np.ndarray]) -> np.ndarray:
 
 
 class StackedEvaluator:
-    """Each client's personalized model on its 'val' or 'test' pixels, in dB."""
+    """Each client's personalized model on its 'val' and 'test' pixels, in dB: both splits from one
+    prediction (one pass over the model; pFedGP: one posterior for both)."""
+
+    SPLITS = ("val", "test")
 
     def __init__(self, process: epfl_stacked.StackedProcess, scenario: RemScenario, train: dict):
         self.process, self.scenario, self.train = process, scenario, train
-        self.inputs = {split: _padded([c.held_out(split)[0] for c in scenario.clients]) for split in ("val", "test")}
+        self.inputs = {split: _padded([c.held_out(split)[0] for c in scenario.clients]) for split in self.SPLITS}
+        self._both = np.concatenate([self.inputs[s] for s in self.SPLITS], axis=1)
+
+    def both(self, state) -> dict[str, RemAccuracy]:
+        """{'val': ..., 'test': ...} of the personalized models in `state`."""
+        predictions = self.process.predict(state, self.train, self._both)
+        out, start = {}, 0
+        for split in self.SPLITS:
+            width = self.inputs[split].shape[1]
+            out[split] = self._score(split, predictions[:, start : start + width])
+            start += width
+        return out
 
     def __call__(self, state, split: str) -> RemAccuracy:
-        predictions = self.process.predict(state, self.train, self.inputs[split])
+        return self._score(split, self.process.predict(state, self.train, self.inputs[split]))
+
+    def _score(self, split: str, predictions: np.ndarray) -> RemAccuracy:
         pred_db, target_db = [], []
         for i, client in enumerate(self.scenario.clients):
             _, y = client.held_out(split)
@@ -73,9 +89,14 @@ def _load(path, template):
         return state, json.loads(str(arrays["meta"]))
 
 
+def process_key(method: rem_runner.Method) -> str:
+    """Runs whose methods share this key share one `StackedProcess` (and its traced round)."""
+    return json.dumps(method.record(), sort_keys=True, default=str)
+
+
 def _process_for(method: rem_runner.Method, processes: dict | None) -> epfl_stacked.StackedProcess:
     """The method's process, built or reused from `processes` (one trace serves every seed)."""
-    key = json.dumps(method.record(), sort_keys=True, default=str)
+    key = process_key(method)
     if processes is not None and key in processes:
         return processes[key]
     built = epfl_stacked.StackedProcess(method.config, method.local)
@@ -112,7 +133,7 @@ def run_stacked(run_dir: str, scenario: RemScenario, method: rem_runner.Method, 
         row = {"round": r, "train_loss": float(metrics["train_loss"]), "uploads": int(metrics["uploads"]), "uplink_bytes": metrics["uplink_bytes"]}
         row.update(nonfinite_updates=int(metrics["nonfinite_updates"]), cum_uplink_mb=meta["cum_uplink_bytes"] / rem_runner.MEGABYTE)
         if (r + 1) % run.eval_every == 0 or r == run.rounds - 1:
-            val, test = evaluate(state, "val"), evaluate(state, "test")
+            val, test = evaluate.both(state).values()
             row.update(val_micro_rmse=val.micro_rmse, val_macro_rmse=val.macro_rmse)
             row.update({k: v for k, v in test.row().items() if k in CSV_FIELDS})
         row["round_s"] = time.monotonic() - start
@@ -123,7 +144,7 @@ def run_stacked(run_dir: str, scenario: RemScenario, method: rem_runner.Method, 
         if (r + 1) % run.checkpoint_every == 0 or r == run.rounds - 1:
             _save(ckpt_path, state, meta)
     if test is None:  # Resumed at the very end.
-        val, test = evaluate(state, "val"), evaluate(state, "test")
+        val, test = evaluate.both(state).values()
     log(f"{run_dir}: {run.rounds} rounds, val macro RMSE {val.macro_rmse:.3f} dB, uplink {meta['cum_uplink_bytes'] / rem_runner.MEGABYTE:.2f} MB")
     final = {
         **dataclasses.asdict(test),
