@@ -70,11 +70,13 @@ def test_validation_and_test_from_one_prediction_equal_each_split_alone(name):
         state, _ = process.next(state, data, np.ones(3, bool), r)
     evaluate = stacked_runner.StackedEvaluator(process, scenario, data)
     both = evaluate.both(state)
+    # pFedGP solves a float32 Cholesky system: traced and eager differ by up to ~3e-5 relative.
+    rtol = 1e-4 if name == "pfedgp" else 1e-5
     for split in ("val", "test"):
         alone = evaluate(state, split)
-        np.testing.assert_allclose(both[split].per_client_rmse, alone.per_client_rmse, rtol=1e-5)
-        assert both[split].macro_rmse == pytest.approx(alone.macro_rmse, rel=1e-5)  # float32 Cholesky (pFedGP)
+        np.testing.assert_allclose(both[split].per_client_rmse, alone.per_client_rmse, rtol=rtol)
+        assert both[split].macro_rmse == pytest.approx(alone.macro_rmse, rel=rtol)
         x = evaluate.inputs[split]
-        np.testing.assert_allclose(process.predict(state, data, x), _eager_prediction(process, state, data, x), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(process.predict(state, data, x), _eager_prediction(process, state, data, x), rtol=rtol, atol=1e-6)
     assert both["val"].macro_rmse != both["test"].macro_rmse
     assert process._predict.experimental_get_tracing_count() <= 2  # Any number of held-out points: one relaxed trace.
