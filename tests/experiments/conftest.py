@@ -1,10 +1,14 @@
 """Fixtures of the privacy experiment's tests, split over several files so that pytest-xdist
 (--dist loadfile) spreads their TFF runs over its processes."""
 
+import functools
+
 import pytest
 
 from tff_radiomap.data import synthetic
+from tff_radiomap.experiments import privacy_defenses
 from tff_radiomap.experiments import privacy_radiomap as experiment
+from tff_radiomap.privacy import allocator
 
 
 @pytest.fixture(scope="module")
@@ -24,14 +28,27 @@ def config(data_root):
 
 @pytest.fixture(scope="module")
 def cached_trainers():
-    """build_trainer memoised per config: the trainers are pure functions of it, and building the
-    TFF processes is the slow part of a run."""
+    """build_trainer memoised per config: the trainers are pure functions of it, of data_by_reference
+    and, for a defense that reads the twin's basis (its file's path is part of the computation), of
+    basis_dir; building the TFF processes is the slow part of a run."""
     cache = {}
     build = experiment.build_trainer
 
-    def cached(config, data, **kwargs):
-        if config not in cache:
-            cache[config] = build(config, data, **kwargs)
-        return cache[config]
+    def cached(config, data, data_by_reference=True, basis_dir=None):
+        key = (config, data_by_reference, basis_dir if privacy_defenses.uses_basis(config) else None)
+        if key not in cache:
+            cache[key] = build(config, data, data_by_reference=data_by_reference, basis_dir=basis_dir)
+        return cache[key]
 
     return cached
+
+
+def small_allocator_config():
+    """AllocatorConfig with a small proxy buffer and few steps (tests/privacy/test_allocator.py's
+    sizes), for tests about the allocator's wiring and exact resume, not about what it learns."""
+    return functools.partial(allocator.AllocatorConfig, buffer_traces=32, steps=3, harm_samples=8)
+
+
+@pytest.fixture
+def small_allocator(monkeypatch):
+    monkeypatch.setattr(allocator, "AllocatorConfig", small_allocator_config())

@@ -70,7 +70,9 @@ def test_factories_per_phase():
         pd.make_factory("bogus", cfg, Phase.STAGE1)
 
 
-def test_adaptive_defense_runs_in_the_two_stage_process_with_hooks(tff_runtime):
+def test_adaptive_defense_runs_in_the_two_stage_process_with_hooks(tff_runtime, small_allocator):
+    """The attack when due and an allocator round after every round (its small config: the hooks'
+    wiring is tested, not what the allocator learns) on the phases' adaptive factories."""
     cfg = _Config()
     pool = _pool()
     initial = keras_wrap.initial_weights(cfg.model_config(), seed=0)

@@ -12,12 +12,24 @@ from tff_radiomap.experiments import privacy_accounting as pa
 from tff_radiomap.experiments import privacy_radiomap as experiment
 
 
-def test_interrupted_run_resumes_and_ends_like_an_uninterrupted_one(tff_runtime, config, cached_trainers, tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def uniform_straight(tff_runtime, config, cached_trainers, tmp_path_factory):
+    """(config, folder, summary) of an uninterrupted Uniform Noise run (nu 0.01), shared (read only)
+    by the resume test and the in-process placement test as their reference."""
+    uniform = dataclasses.replace(config, defense="uniform", noise_multiplier=0.01)
+    out = str(tmp_path_factory.mktemp("uniform") / "straight")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(experiment, "build_trainer", cached_trainers)
+        summary = experiment.run(uniform, out, progress=False)
+    return uniform, out, summary
+
+
+def test_interrupted_run_resumes_and_ends_like_an_uninterrupted_one(tff_runtime, uniform_straight, cached_trainers, tmp_path, monkeypatch):
     """Metrics, summary and the per-client accountant (Uniform Noise: a finite epsilon) of a run
     stopped after round 1 and resumed are those of an uninterrupted run."""
     monkeypatch.setattr(experiment, "build_trainer", cached_trainers)
-    config = dataclasses.replace(config, defense="uniform", noise_multiplier=0.01)
-    interrupted, straight = str(tmp_path / "interrupted"), str(tmp_path / "straight")
+    config, straight, uninterrupted = uniform_straight
+    interrupted = str(tmp_path / "interrupted")
 
     assert experiment.run(config, interrupted, progress=False, stop_after_round=1) == {"stopped_after_round": 1}
     assert [r["round"] for r in _rows(interrupted)] == ["1"]
@@ -25,7 +37,6 @@ def test_interrupted_run_resumes_and_ends_like_an_uninterrupted_one(tff_runtime,
     with open(pa.state_path(interrupted, 1)) as f:
         assert json.load(f)["uploads"] == pa.replay(config, 1).state()
     resumed = experiment.run(config, interrupted, progress=False)
-    uninterrupted = experiment.run(config, straight, progress=False)
 
     rows_a, rows_b = _rows(interrupted), _rows(straight)
     assert [r["round"] for r in rows_a] == ["1", "2", "3"]  # No row written twice.
@@ -167,15 +178,22 @@ def test_an_attack_larger_than_the_data_is_refused_before_training(config, tmp_p
 
 
 @pytest.mark.parametrize("defense", ["none", "uniform"])
-def test_in_process_clients_give_the_default_placement_metrics(tff_runtime, config, tmp_path, defense):
+def test_in_process_clients_give_the_default_placement_metrics(tff_runtime, config, cached_trainers, uniform_straight, tmp_path, monkeypatch, defense):
     """client_placement='in_process': the clients train in this process, the defense's clipping and
-    noise and the server step stay TFF computations; both phases, 2 rounds."""
-    base = dataclasses.replace(config, rounds=2, stage1_rounds=1, defense=defense, noise_multiplier=0.01)
-    runs = {}
-    for placement in ("tff", "in_process"):
-        out = str(tmp_path / placement)
-        runs[placement] = (experiment.run(dataclasses.replace(base, client_placement=placement), out, progress=False), _rows(out))
-    (summary_t, rows_t), (summary_i, rows_i) = runs["tff"], runs["in_process"]
+    noise and the server step stay TFF computations; both phases, 3 rounds. The default placement's
+    run: Uniform Noise's is the module's shared one; No Defense's runs the module's config (whose
+    trainer the tests above built)."""
+    monkeypatch.setattr(experiment, "build_trainer", cached_trainers)
+    if defense == "uniform":
+        base, tff_dir, summary_t = uniform_straight
+    else:
+        base, tff_dir = config, str(tmp_path / "tff")
+        summary_t = experiment.run(base, tff_dir, progress=False)
+    assert base.defense == defense and base.client_placement == "tff"
+    out = str(tmp_path / "in_process")
+    summary_i = experiment.run(dataclasses.replace(base, client_placement="in_process"), out, progress=False)
+    rows_t, rows_i = _rows(tff_dir), _rows(out)
+    assert [r["phase"] for r in rows_i] == ["1", "2", "2"]
     assert [list(r) for r in rows_i] == [list(r) for r in rows_t]  # The same measurements.
     for a, b in zip(rows_i, rows_t):
         assert (a["phase"], a["num_examples"], a["nonfinite_updates"]) == (b["phase"], b["num_examples"], b["nonfinite_updates"])

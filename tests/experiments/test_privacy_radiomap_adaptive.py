@@ -1,37 +1,46 @@
 """The adaptive defense's runs: exact run to run and across a resume (allocator state included)."""
 
 import dataclasses
-import functools
 import os
+import shutil
 
 import numpy as np
 import pytest
 
+from tests.experiments.conftest import small_allocator_config
 from tests.experiments.run_rows import rows_of as _rows
 from tff_radiomap.experiments import privacy_radiomap as experiment
 from tff_radiomap.privacy import allocator
 
 
-@pytest.fixture(autouse=True)
-def small_allocator(monkeypatch):
-    """A small proxy buffer and few allocator steps: these tests are about exact resume, not about
-    what the allocator learns (tests/privacy/test_allocator.py uses the same sizes)."""
-    monkeypatch.setattr(allocator, "AllocatorConfig", functools.partial(allocator.AllocatorConfig, buffer_traces=32, steps=3, harm_samples=8))
+@pytest.fixture(scope="module")
+def adaptive_runs(tff_runtime, config, cached_trainers, tmp_path_factory):
+    """One adaptive run with the attack, uninterrupted (`first`), and again stopped after round 2
+    (its folder copied then, `stopped`) and resumed (`resumed`); the small allocator of
+    `small_allocator_config` (these tests are about exact resume, not about what it learns), one
+    observed local step (the attack's noise and the allocator's are seeded per round either way)."""
+    adaptive = dataclasses.replace(config, defense="adaptive", attack_every=1, attack_steps=1, attack_train_traces=16, attack_test_traces=8)
+    base = tmp_path_factory.mktemp("adaptive")
+    runs = {name: str(base / name) for name in ("first", "resumed", "stopped")}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(allocator, "AllocatorConfig", small_allocator_config())
+        patch.setattr(experiment, "build_trainer", cached_trainers)
+        experiment.run(adaptive, runs["first"], progress=False)
+        # Rounds 1-2 of `resumed` are a second fresh run (run-to-run identity), round 3 comes after the resume.
+        runs["stop"] = experiment.run(adaptive, runs["resumed"], progress=False, stop_after_round=2)
+        runs["saved"] = sorted(os.listdir(os.path.join(runs["resumed"], "allocator_state")))
+        shutil.copytree(runs["resumed"], runs["stopped"])
+        experiment.run(adaptive, runs["resumed"], progress=False)
+    runs["config"] = adaptive
+    return runs
 
 
-def test_an_adaptive_run_with_the_attack_is_the_same_run_to_run_and_across_a_resume(tff_runtime, config, cached_trainers, tmp_path, monkeypatch):
+def test_an_adaptive_run_with_the_attack_is_the_same_run_to_run_and_across_a_resume(adaptive_runs):
     """The attack's noise, the allocator's picks and noise, and its proxy attacker and optimizer
     state (saved beside the program state) make a resumed run equal to an uninterrupted one."""
-    monkeypatch.setattr(experiment, "build_trainer", cached_trainers)
-    adaptive = dataclasses.replace(config, defense="adaptive", attack_every=1, attack_train_traces=16, attack_test_traces=8)
-    # Rounds 1-2 of `resumed` are a second fresh run (run-to-run identity), round 3 comes after the resume.
-    first, resumed = str(tmp_path / "first"), str(tmp_path / "resumed")
-    experiment.run(adaptive, first, progress=False)
-    assert experiment.run(adaptive, resumed, progress=False, stop_after_round=2) == {"stopped_after_round": 2}
-    assert sorted(os.listdir(os.path.join(resumed, "allocator_state"))) == ["round_1.npz", "round_2.npz"]
-    experiment.run(adaptive, resumed, progress=False)
-
-    rows = {name: _rows(str(tmp_path / name)) for name in ("first", "resumed")}
+    assert adaptive_runs["stop"] == {"stopped_after_round": 2}
+    assert adaptive_runs["saved"] == ["round_1.npz", "round_2.npz"]
+    rows = {name: _rows(adaptive_runs[name]) for name in ("first", "resumed")}
     checked = [k for k in rows["first"][0] if k.startswith(("attack_", "allocator/")) or k in ("train_loss", "val_mse")]
     assert {"attack_rmse_m", "allocator/proxy_loss", "allocator/weight_residual"} <= set(checked)
     assert [r["round"] for r in rows["resumed"]] == ["1", "2", "3"]
@@ -41,11 +50,9 @@ def test_an_adaptive_run_with_the_attack_is_the_same_run_to_run_and_across_a_res
     assert all(float(r["allocator/skipped"]) == 0 for r in rows["first"])
 
 
-def test_resuming_an_adaptive_run_without_its_allocator_state_is_refused(tff_runtime, config, cached_trainers, tmp_path, monkeypatch):
+def test_resuming_an_adaptive_run_without_its_allocator_state_is_refused(adaptive_runs, cached_trainers, small_allocator, monkeypatch):
     monkeypatch.setattr(experiment, "build_trainer", cached_trainers)
-    adaptive = dataclasses.replace(config, defense="adaptive")
-    out = str(tmp_path / "run")
-    experiment.run(adaptive, out, progress=False, stop_after_round=1)
-    os.remove(os.path.join(out, "allocator_state", "round_1.npz"))
-    with pytest.raises(FileNotFoundError, match="round_1.npz: the adaptive allocator's state saved with round 1 is missing"):
-        experiment.run(adaptive, out, progress=False)
+    out = adaptive_runs["stopped"]  # Stopped after round 2.
+    os.remove(os.path.join(out, "allocator_state", "round_2.npz"))
+    with pytest.raises(FileNotFoundError, match="round_2.npz: the adaptive allocator's state saved with round 2 is missing"):
+        experiment.run(adaptive_runs["config"], out, progress=False)

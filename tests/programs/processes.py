@@ -20,14 +20,16 @@ def user_env() -> dict:
     return {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
 
 
-def start(module: str, *args: str, stderr_path=None) -> subprocess.Popen:
-    """Starts the program; its stderr goes to `stderr_path` (or nowhere)."""
+def start(module: str, *args: str, stderr_path=None, stdout_path=None, env=None) -> subprocess.Popen:
+    """Starts the program; its stderr goes to `stderr_path` and its stdout to `stdout_path` (or nowhere)."""
     stderr = open(stderr_path, "w") if stderr_path else subprocess.DEVNULL
+    stdout = open(stdout_path, "w") if stdout_path else subprocess.DEVNULL
     try:
-        return subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr)
+        return subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT, stdout=stdout, stderr=stderr, env=env)
     finally:
-        if stderr_path:
-            stderr.close()
+        for f, path in ((stderr, stderr_path), (stdout, stdout_path)):
+            if path:
+                f.close()
 
 
 def wait_for(path, proc: subprocess.Popen) -> None:
@@ -36,6 +38,22 @@ def wait_for(path, proc: subprocess.Popen) -> None:
     while not os.path.exists(path):
         assert proc.poll() is None, f"the program exited ({proc.returncode}) before writing {path}"
         assert time.monotonic() < deadline, f"no {path} after {TIMEOUT_S} s"
+        time.sleep(0.05)
+
+
+def wait_for_replaced(path, seen: os.stat_result, proc: subprocess.Popen) -> None:
+    """Polls until `path` is another file than the one `seen` describes (an atomic rewrite: new
+    inode or modification time); fails if `proc` exits first."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        try:
+            now = os.stat(path)
+            if (now.st_ino, now.st_mtime_ns) != (seen.st_ino, seen.st_mtime_ns):
+                return
+        except FileNotFoundError:
+            pass
+        assert proc.poll() is None, f"the program exited ({proc.returncode}) before rewriting {path}"
+        assert time.monotonic() < deadline, f"{path} not rewritten after {TIMEOUT_S} s"
         time.sleep(0.05)
 
 

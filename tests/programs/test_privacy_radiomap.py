@@ -1,5 +1,5 @@
-"""programs.privacy_radiomap as a user runs it: kill -9 and resume, a dead TFF worker, bad flags,
-a folder holding another run."""
+"""programs.privacy_radiomap as a user runs it: kill -9 and resume, then a dead TFF worker, bad
+flags, a folder holding another run."""
 
 import json
 import os
@@ -46,44 +46,45 @@ def test_bad_flags_exit_2_naming_the_flag(data_root, tmp_path):
     assert r.returncode == 2 and "--clients_per_round=5: expected an integer in 1..3" in r.stderr
 
 
-def test_killed_mid_run_then_restarted_ends_with_the_csv_of_an_uninterrupted_run(data_root, uninterrupted, tmp_path):
-    out = tmp_path / "run"
+def test_killed_mid_run_restarted_and_its_tff_worker_killed_ends_with_the_csv_of_an_uninterrupted_run(data_root, uninterrupted, tmp_path):
+    """One run through both failures (one program start fewer than a test each): the program
+    killed (-9) after round 1; restarted, its TFF worker killed after its first round, which the
+    program restarts, resuming; it ends with the rows and summary of an uninterrupted run."""
+    out, stdout, stderr = tmp_path / "run", tmp_path / "stdout.txt", tmp_path / "stderr.txt"
     killed = processes.start("programs.privacy_radiomap", *_args(data_root, out))
     processes.wait_for(out / "program_state" / "program_state_1", killed)
     processes.kill(killed)
     assert not (out / "summary.json").exists()
+    saved = max(int(p.name.rsplit("_", 1)[1]) for p in (out / "program_state").glob("program_state_*") if p.name.rsplit("_", 1)[1].isdigit())
 
-    done = processes.run("programs.privacy_radiomap", *_args(data_root, out), env=processes.user_env())
-    assert done.returncode == 0, done.stderr[-2000:]
+    program = processes.start("programs.privacy_radiomap", *_args(data_root, out), stdout_path=stdout, stderr_path=stderr, env=processes.user_env())
+    try:
+        processes.wait_for(out / "program_state" / f"program_state_{saved + 1}", program)  # A round of the restarted program.
+        workers = processes.worker_pids(program.pid)
+        assert len(workers) == 1, workers
+        os.kill(workers[0], signal.SIGKILL)
+        assert program.wait(timeout=processes.TIMEOUT_S) == 0, stderr.read_text()[-2000:]
+    finally:
+        if program.poll() is None:
+            processes.kill(program)
+    done_stdout, done_stderr = stdout.read_text(), stderr.read_text()
     assert "resuming after round" in (out / "log.txt").read_text()
-    assert not re.search(r"^I\d{4} ", done.stderr, re.M), done.stderr[-2000:]  # INFO logging goes to log.txt.
-    assert "Unable to register" not in done.stderr  # TensorFlow's CUDA-registration noise.
-    assert f"results: {out}" in done.stdout
-    assert "; no privacy guarantee against an observer of the uploads" in done.stdout  # FedSGD: no defense, no epsilon.
-    assert f"picture: {out / 'predictions.png'}" in done.stdout and (out / "curves.png").exists()
+    assert f"the TFF worker (pid {workers[0]}) died" in done_stderr and "restarting it (1/3)" in done_stderr
+    # INFO logging goes to log.txt. Not checked: the line gRPC writes when the worker is started
+    # again from a process whose threads are in gRPC (the separate tests never restarted it here).
+    kept = "\n".join(line for line in done_stderr.splitlines() if "fork_posix.cc" not in line)
+    assert not re.search(r"^I\d{4} ", kept, re.M), done_stderr[-2000:]
+    assert "Unable to register" not in done_stderr  # TensorFlow's CUDA-registration noise.
+    assert f"results: {out}" in done_stdout
+    assert "; no privacy guarantee against an observer of the uploads" in done_stdout  # FedSGD: no defense, no epsilon.
+    assert f"picture: {out / 'predictions.png'}" in done_stdout and (out / "curves.png").exists()
     assert processes.rows(out / "metrics.csv") == processes.rows(uninterrupted / "metrics.csv")
     assert [r["round"] for r in processes.rows(out / "metrics.csv")] == [str(r) for r in range(1, ROUNDS + 1)]
     final = json.load(open(out / "summary.json"))
     assert final["best_val_mse"] == json.load(open(uninterrupted / "summary.json"))["best_val_mse"]
+    assert final["rounds"] == ROUNDS
 
     # Other flags on the folder are refused (a finished run read back: tests/experiments).
     other = _program(*_args(data_root, out, "--seed=3"))
     assert other.returncode == 2
     assert f"--output_dir='{out}'" in other.stderr and "seed: saved 0, now 3" in other.stderr and "--overwrite" in other.stderr
-
-
-def test_a_killed_tff_worker_is_restarted_and_the_run_resumes(data_root, uninterrupted, tmp_path):
-    out, log = tmp_path / "run", tmp_path / "stderr.txt"
-    program = processes.start("programs.privacy_radiomap", *_args(data_root, out), stderr_path=log)
-    try:
-        processes.wait_for(out / "program_state" / "program_state_1", program)
-        workers = processes.worker_pids(program.pid)
-        assert len(workers) == 1, workers
-        os.kill(workers[0], signal.SIGKILL)
-        assert program.wait(timeout=processes.TIMEOUT_S) == 0
-    finally:
-        if program.poll() is None:
-            processes.kill(program)
-    assert f"the TFF worker (pid {workers[0]}) died" in log.read_text() and "restarting it (1/3)" in log.read_text()
-    assert processes.rows(out / "metrics.csv") == processes.rows(uninterrupted / "metrics.csv")
-    assert json.load(open(out / "summary.json"))["rounds"] == ROUNDS

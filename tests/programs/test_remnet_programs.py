@@ -58,38 +58,36 @@ def uninterrupted(rem_root, tmp_path_factory):
     return out
 
 
-def test_epfl_remnet_killed_mid_run_then_restarted_ends_like_an_uninterrupted_run(rem_root, uninterrupted, tmp_path):
+def test_epfl_remnet_killed_mid_run_restarted_and_its_tff_worker_killed_ends_like_an_uninterrupted_run(rem_root, uninterrupted, tmp_path):
+    """One run through both failures (one program start fewer than a test each): the program
+    killed (-9) after its first checkpoint; restarted, its TFF worker killed after the restarted
+    program's first checkpoint, which the program survives; it ends like an uninterrupted run."""
     out, run_dir = tmp_path / "out", tmp_path / "out" / "heavy" / "epfl_remnet"
+    stdout, stderr = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
     killed = processes.start("programs.epfl_remnet", *_args(rem_root, out))
     processes.wait_for(run_dir / "checkpoint.npz", killed)
     processes.kill(killed)
     assert not (run_dir / "final.json").exists()
+    saved = os.stat(run_dir / "checkpoint.npz")
 
-    done = processes.run("programs.epfl_remnet", *_args(rem_root, out))
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "resuming after round" in done.stdout
+    program = processes.start("programs.epfl_remnet", *_args(rem_root, out), stdout_path=stdout, stderr_path=stderr)
+    try:
+        processes.wait_for_replaced(run_dir / "checkpoint.npz", saved, program)
+        workers = processes.worker_pids(program.pid)
+        assert len(workers) == 1, workers
+        os.kill(workers[0], signal.SIGKILL)
+        assert program.wait(timeout=processes.TIMEOUT_S) == 0, stderr.read_text()[-2000:]
+    finally:
+        if program.poll() is None:
+            processes.kill(program)
+    assert "resuming after round" in stdout.read_text()
+    assert f"the TFF worker (pid {workers[0]}) died" in stderr.read_text()
     assert _metrics(out) == _metrics(uninterrupted)
     final, straight = (json.load(open(d / "heavy" / "epfl_remnet" / "final.json")) for d in (out, uninterrupted))
     assert final["per_client_rmse"] == straight["per_client_rmse"]
 
     other = processes.run("programs.epfl_remnet", *_args(rem_root, out, "--seed=1"))
     assert other.returncode == 2 and f"--out='{out}'" in other.stderr and "--overwrite" in other.stderr
-
-
-def test_epfl_remnet_survives_its_tff_worker_being_killed(rem_root, uninterrupted, tmp_path):
-    out, log = tmp_path / "out", tmp_path / "stderr.txt"
-    program = processes.start("programs.epfl_remnet", *_args(rem_root, out), stderr_path=log)
-    try:
-        processes.wait_for(out / "heavy" / "epfl_remnet" / "checkpoint.npz", program)
-        workers = processes.worker_pids(program.pid)
-        assert len(workers) == 1, workers
-        os.kill(workers[0], signal.SIGKILL)
-        assert program.wait(timeout=processes.TIMEOUT_S) == 0, log.read_text()[-2000:]
-    finally:
-        if program.poll() is None:
-            processes.kill(program)
-    assert f"the TFF worker (pid {workers[0]}) died" in log.read_text()
-    assert _metrics(out) == _metrics(uninterrupted)
 
 
 def test_epfl_remnet_drops_and_counts_a_nan_client(uninterrupted):
