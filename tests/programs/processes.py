@@ -80,6 +80,22 @@ def worker_pids(pid: int) -> list[int]:
     return found
 
 
+def kill_its_worker_then_finish(program: subprocess.Popen, ready, stderr_path) -> int:
+    """Once `ready()` returns (it waits for a checkpoint of `program`), kills the program's one TFF
+    worker and waits for the program to end with exit 0 (the program is killed if the test fails
+    first); returns the killed worker's pid."""
+    try:
+        ready()
+        workers = worker_pids(program.pid)
+        assert len(workers) == 1, workers
+        os.kill(workers[0], signal.SIGKILL)
+        assert program.wait(timeout=TIMEOUT_S) == 0, open(stderr_path).read()[-2000:]
+    finally:
+        if program.poll() is None:
+            kill(program)
+    return workers[0]
+
+
 def rows(path, drop=("seconds", "round_s")) -> list[dict]:
     """The CSV's rows without the wall-time columns (the rest must match run to run)."""
     with open(path) as f:

@@ -2,9 +2,7 @@
 flags, a folder holding another run."""
 
 import json
-import os
 import re
-import signal
 
 import pytest
 
@@ -58,18 +56,11 @@ def test_killed_mid_run_restarted_and_its_tff_worker_killed_ends_with_the_csv_of
     saved = max(int(p.name.rsplit("_", 1)[1]) for p in (out / "program_state").glob("program_state_*") if p.name.rsplit("_", 1)[1].isdigit())
 
     program = processes.start("programs.privacy_radiomap", *_args(data_root, out), stdout_path=stdout, stderr_path=stderr, env=processes.user_env())
-    try:
-        processes.wait_for(out / "program_state" / f"program_state_{saved + 1}", program)  # A round of the restarted program.
-        workers = processes.worker_pids(program.pid)
-        assert len(workers) == 1, workers
-        os.kill(workers[0], signal.SIGKILL)
-        assert program.wait(timeout=processes.TIMEOUT_S) == 0, stderr.read_text()[-2000:]
-    finally:
-        if program.poll() is None:
-            processes.kill(program)
+    next_round = out / "program_state" / f"program_state_{saved + 1}"  # A round of the restarted program.
+    worker = processes.kill_its_worker_then_finish(program, lambda: processes.wait_for(next_round, program), stderr)
     done_stdout, done_stderr = stdout.read_text(), stderr.read_text()
     assert "resuming after round" in (out / "log.txt").read_text()
-    assert f"the TFF worker (pid {workers[0]}) died" in done_stderr and "restarting it (1/3)" in done_stderr
+    assert f"the TFF worker (pid {worker}) died" in done_stderr and "restarting it (1/3)" in done_stderr
     # INFO logging goes to log.txt. Not checked: the line gRPC writes when the worker is started
     # again from a process whose threads are in gRPC (the separate tests never restarted it here).
     kept = "\n".join(line for line in done_stderr.splitlines() if "fork_posix.cc" not in line)

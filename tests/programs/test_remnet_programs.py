@@ -21,7 +21,6 @@ def test_bad_remnet_tables_flag_exits_2_naming_it(tmp_path):
 # programs.epfl_remnet on a one-map 64x64 set: kill -9 and resume, a dead worker, a NaN client.
 import json  # noqa: E402
 import os  # noqa: E402
-import signal  # noqa: E402
 
 from tests.programs import processes  # noqa: E402
 from tff_radiomap.learning import rem_runner  # noqa: E402
@@ -71,17 +70,9 @@ def test_epfl_remnet_killed_mid_run_restarted_and_its_tff_worker_killed_ends_lik
     saved = os.stat(run_dir / "checkpoint.npz")
 
     program = processes.start("programs.epfl_remnet", *_args(rem_root, out), stdout_path=stdout, stderr_path=stderr)
-    try:
-        processes.wait_for_replaced(run_dir / "checkpoint.npz", saved, program)
-        workers = processes.worker_pids(program.pid)
-        assert len(workers) == 1, workers
-        os.kill(workers[0], signal.SIGKILL)
-        assert program.wait(timeout=processes.TIMEOUT_S) == 0, stderr.read_text()[-2000:]
-    finally:
-        if program.poll() is None:
-            processes.kill(program)
+    worker = processes.kill_its_worker_then_finish(program, lambda: processes.wait_for_replaced(run_dir / "checkpoint.npz", saved, program), stderr)
     assert "resuming after round" in stdout.read_text()
-    assert f"the TFF worker (pid {workers[0]}) died" in stderr.read_text()
+    assert f"the TFF worker (pid {worker}) died" in stderr.read_text()
     assert _metrics(out) == _metrics(uninterrupted)
     final, straight = (json.load(open(d / "heavy" / "epfl_remnet" / "final.json")) for d in (out, uninterrupted))
     assert final["per_client_rmse"] == straight["per_client_rmse"]
