@@ -40,3 +40,35 @@ def test_twin_has_the_same_maps_and_new_positions_far_from_the_datas(data_root, 
 def test_twin_of_a_missing_root_names_it(tmp_path):
     with pytest.raises(FileNotFoundError, match="nowhere"):
         twin.ensure_twin(str(tmp_path / "nowhere"), positions=2, out_root=str(tmp_path / "t"))
+
+
+
+def test_a_second_writer_between_save_and_rename_leaves_both_files_whole(tmp_path, monkeypatch):
+    # Two runs of a front starting together complete the same twin: writer B saves and renames the
+    # same PNG while writer A is between its save and its rename. With one shared temporary name A's
+    # rename failed (FileNotFoundError); each writer's own temporary (its pid in the name) does not.
+    from PIL import Image
+
+    path = str(tmp_path / "0_0.png")
+    real_save, real_getpid = Image.Image.save, os.getpid
+    nested = []
+
+    def save(image, fp, *args, **kwargs):
+        real_save(image, fp, *args, **kwargs)
+        if not nested:  # Writer A has saved; writer B (another pid) writes the whole file now.
+            nested.append(fp)
+            monkeypatch.setattr(os, "getpid", lambda: real_getpid() + 1)
+            synthetic._save_png(path, np.full((4, 4), 7))
+            monkeypatch.setattr(os, "getpid", real_getpid)
+
+    monkeypatch.setattr(Image.Image, "save", save)
+    synthetic._save_png(path, np.full((4, 4), 9))
+    assert np.asarray(Image.open(path)).tolist() == np.full((4, 4), 9).tolist()  # A's rename came last.
+    assert os.listdir(tmp_path) == ["0_0.png"]
+
+def test_only_a_dead_writers_temporaries_are_stale():
+    assert synthetic._is_stale_temp("3_1.png.tmp.png")  # An older version's, without a pid.
+    assert not synthetic._is_stale_temp(f"3_1.png.{os.getpid()}.tmp.png")  # A live writer's.
+    assert not synthetic._is_stale_temp("3_1.png")
+    dead = 2**22 + 17  # Above the default pid_max: no such process.
+    assert synthetic._is_stale_temp(f"3_1.png.{dead}.tmp.png")

@@ -23,6 +23,7 @@ everything that depends only on the buildings (corners, their visibility) is com
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -275,9 +276,36 @@ def layout_dirs(root: str, simulation: str = "DPM") -> dict[str, str]:
 
 
 def _save_png(path: str, array: np.ndarray) -> None:
-    tmp = path + ".tmp.png"
+    # The temporary name holds the writer's pid: two programs completing the same set at once (two
+    # runs of a front starting together) each write whole files and the last rename wins.
+    tmp = f"{path}.{os.getpid()}.tmp.png"
     Image.fromarray(array.astype(np.uint8), mode="L").save(tmp)
     os.replace(tmp, path)  # Never leave a half-written PNG behind.
+
+
+def write_json(path: str, value, **kwargs) -> None:
+    """Writes `value` as JSON to `path` whole or not at all (a per-writer temporary, then a rename)."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(value, f, **kwargs)
+    os.replace(tmp, path)
+
+
+def _is_stale_temp(name: str) -> bool:
+    """A `_save_png` temporary left by a killed writer (its pid is no longer running), or by an
+    older version without a pid; a live writer's temporary is left alone."""
+    if not name.endswith(".tmp.png"):
+        return False
+    pid = name[: -len(".tmp.png")].rsplit(".", 1)[-1]
+    if not pid.isdigit():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 def map_seed(seed: int, map_index: int) -> np.random.SeedSequence:
@@ -298,8 +326,7 @@ def write_map(root: str, map_index: int, spec: DatasetSpec, config: PropagationC
         _save_png(os.path.join(dirs["antennas"], f"{map_index}_{t}.png"), raster)
         gray = encoding.gain_db_to_gray(propagation.gain_db((row, col)))
         _save_png(os.path.join(dirs["gain"], f"{map_index}_{t}.png"), gray)
-    with open(os.path.join(dirs["antenna_json"], f"{map_index}.json"), "w") as f:
-        json.dump([[int(col), int(row)] for row, col in txs], f)
+    write_json(os.path.join(dirs["antenna_json"], f"{map_index}.json"), [[int(col), int(row)] for row, col in txs])
     # The buildings image goes last: its presence marks the map as complete (used to resume).
     _save_png(os.path.join(dirs["buildings"], f"{map_index}.png"), buildings.astype(np.uint8) * 255)
 
@@ -337,14 +364,12 @@ def prepare_root(root: str, spec: DatasetSpec, config: PropagationConfig = Propa
                 f"asked for {record['spec']}. Use --overwrite to replace it, or another --out."
             )
     else:
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "w") as f:
-            json.dump(record, f, indent=2)
-        os.replace(tmp, path)  # A kill leaves the spec whole or absent.
+        write_json(path, record, indent=2)  # A kill leaves the spec whole or absent.
     for d in layout_dirs(root, spec.simulation).values():  # PNGs a kill left half-written.
         for name in os.listdir(d):
-            if name.endswith(".tmp.png"):
-                os.remove(os.path.join(d, name))
+            if _is_stale_temp(name):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(d, name))
     return [m for m in range(spec.maps) if not map_is_complete(root, m, spec)]
 
 

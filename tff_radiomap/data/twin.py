@@ -79,8 +79,7 @@ def _write_twin_map(args) -> None:
         raster[row, col] = 255
         synthetic._save_png(os.path.join(dirs["antennas"], f"{m}_{t}.png"), raster)
         synthetic._save_png(os.path.join(dirs["gain"], f"{m}_{t}.png"), gray)
-    with open(os.path.join(dirs["antenna_json"], f"{m}.json"), "w") as f:
-        json.dump([[int(c), int(r)] for r, c in txs], f)
+    synthetic.write_json(os.path.join(dirs["antenna_json"], f"{m}.json"), [[int(c), int(r)] for r, c in txs])
     synthetic._save_png(os.path.join(dirs["buildings"], f"{m}.png"), buildings.astype(np.uint8) * 255)  # Last: marks the map done.
 
 
@@ -120,9 +119,7 @@ def ensure_twin(
         if found != record:
             raise ValueError(f"{out_root} holds a twin made with {found}, asked for {record}")
     else:
-        with open(f"{path}.tmp", "w") as f:
-            json.dump(record, f)
-        os.replace(f"{path}.tmp", path)
+        synthetic.write_json(path, record)
     done = lambda m: os.path.exists(os.path.join(synthetic.layout_dirs(out_root)["buildings"], f"{m}.png"))  # noqa: E731
     todo = [(data_root, out_root, m, positions, min_distance, seed, config) for m in _map_ids(data_root) if not done(m)]
     if workers > 1 and len(todo) > 1:
