@@ -120,10 +120,10 @@ def run_federated(fn, addresses: list[str], flag: str = "workers"):
         context.__exit__(None, None, None)
 
 
-def privacy_runner(child_runs, child_command, concurrent: bool, overwrite: bool):
+def privacy_runner(child_runs, child_command, concurrent: bool, overwrite: bool, jobs: int = 1):
     """(children, local runtime, run_fn) for a table or front of privacy runs: with `concurrent`,
-    each run is a child process (`child_runs(child_command)`, a `privacy_table.ChildRuns`, stopped
-    on SIGTERM and SIGHUP too) and there is no local runtime; else the runs go one after another in
+    each run is a child process (`child_runs(child_command, jobs)`, a `privacy_table.ChildRuns`,
+    stopped on SIGTERM and SIGHUP too) and there is no local runtime; else the runs go one after another in
     this process on a local TFF runtime, each folder cleared on its first call if `overwrite`."""
     import functools
 
@@ -131,7 +131,7 @@ def privacy_runner(child_runs, child_command, concurrent: bool, overwrite: bool)
     from tff_radiomap.experiments import privacy_radiomap, privacy_table
 
     if concurrent:
-        children = child_runs(child_command)
+        children = child_runs(child_command, jobs)
         privacy_table.ChildRuns.exit_on_signals()
         return children, None, children
     run_fn = privacy_table.overwrite_once(functools.partial(privacy_radiomap.run, progress=True), overwrite)

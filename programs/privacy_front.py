@@ -141,7 +141,7 @@ def main(argv):
     base = base_config(root, settings)
 
     runs = privacy_front.grid(base, FLAGS.methods, _nus(), _seeds(), FLAGS.output_dir)
-    children, local, run_fn = common.privacy_runner(ChildRuns, functools.partial(child_command, data_root=root), FLAGS.jobs > 1 and len(runs) > 1, FLAGS.overwrite)
+    children, local, run_fn = common.privacy_runner(ChildRuns, functools.partial(child_command, data_root=root), FLAGS.jobs > 1 and len(runs) > 1, FLAGS.overwrite, FLAGS.jobs)
 
     def front():
         return privacy_front.run_front(

@@ -90,7 +90,7 @@ def main(argv):
     def floors(config):
         return privacy_table.mse_floors(experiment.load_data(config))
 
-    children, local, run_fn = common.privacy_runner(ChildRuns, functools.partial(child_command, data_root=root), FLAGS.jobs > 1 and len(FLAGS.methods) * len(seeds) > 1, FLAGS.overwrite)
+    children, local, run_fn = common.privacy_runner(ChildRuns, functools.partial(child_command, data_root=root), FLAGS.jobs > 1 and len(FLAGS.methods) * len(seeds) > 1, FLAGS.overwrite, FLAGS.jobs)
 
     def table():
         return privacy_table.run_table(base, FLAGS.methods, seeds, FLAGS.output_dir, run_fn=run_fn, floors_fn=floors, jobs=FLAGS.jobs if children else 1)

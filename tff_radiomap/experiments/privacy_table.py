@@ -161,11 +161,14 @@ class ChildRuns:
     run), its output appended to RUN_DIR.log; `stop()` interrupts the running ones.
 
     Children start in this process's working folder (relative paths mean the same there), with
-    the repository on PYTHONPATH so that `python -m programs....` finds the program.
+    the repository on PYTHONPATH so that `python -m programs....` finds the program. With `jobs`
+    children at once, each gets the machine's cores shared out (`thread_limits`): a BLAS or
+    TensorFlow pool per child as large as the machine spins on descheduled threads.
     """
 
-    def __init__(self, command: Callable[[object], list[str]]):
+    def __init__(self, command: Callable[[object], list[str]], jobs: int = 1):
         self.command = command
+        self.threads = thread_limits(jobs)
         self.lock = threading.Lock()
         self.running = set()
         self.stopped = False
@@ -180,7 +183,7 @@ class ChildRuns:
 
     def __call__(self, config, run_dir: str) -> None:
         log_path = f"{run_dir}.log"
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (_REPO, os.environ.get("PYTHONPATH")) if p))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (_REPO, os.environ.get("PYTHONPATH")) if p), **self.threads)
         with open(log_path, "a") as log:
             with self.lock:
                 if self.stopped:
@@ -208,6 +211,22 @@ class ChildRuns:
             except subprocess.TimeoutExpired:
                 child.kill()
         return len(children)
+
+
+# Thread pools of a child process: numpy's BLAS (OpenBLAS, or an OpenMP build) and TensorFlow's
+# intra-op pool (read by the Python process and by the TFF worker it starts).
+THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TF_NUM_INTRAOP_THREADS")
+
+
+def thread_limits(jobs: int, cores: int | None = None) -> dict:
+    """Environment variables giving each of `jobs` concurrent children cores // jobs threads (at
+    least 1); none for one job, and none that the user has set. On the 2-core machine with two runs
+    of the front at once, OpenBLAS at its default (2 threads each) made the leakage basis 2.8x and
+    the attack's ridge 2.4x slower than at 1 thread (bench/RESULTS.md, "Threads per run")."""
+    if jobs <= 1:
+        return {}
+    per_child = str(max(1, (cores or os.cpu_count() or 1) // jobs))
+    return {name: per_child for name in THREAD_VARIABLES if name not in os.environ}
 
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
