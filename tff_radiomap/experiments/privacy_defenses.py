@@ -76,7 +76,7 @@ def basis_path(basis_dir: str, phase: Phase) -> str:
 def subspace_groups(config, phase: Phase) -> groups.SubspaceGroups:
     """The leakage partition of `phase`'s upload: K = maps * k_per_map directions in
     `basis_blocks` blocks, and the residual; the basis itself comes at run time."""
-    shapes = tuple(tuple(int(d) for d in v.shape) for v in keras_wrap.build_phase_model(config.model_config(), phase).trainable_variables)
+    shapes = keras_wrap.uploaded_shapes(config.model_config(), phase)
     rank = _num_maps(config.data_root) * config.basis_k_per_map
     return groups.SubspaceGroups(shapes, leakage_basis.block_sizes(rank, config.basis_blocks))
 

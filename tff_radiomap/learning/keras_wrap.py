@@ -17,6 +17,7 @@ import collections
 import contextlib
 import dataclasses
 import enum
+import functools
 
 import numpy as np
 import tensorflow as tf
@@ -130,6 +131,17 @@ def uploaded_layer_names(config: radiounet.RadioUNetConfig, phase: Phase) -> lis
     of `build_phase_model(config, phase)`; entry i belongs to variable `names[i]`
     (e.g. 's1_input_conv/kernel:0').
     """
+    return [name for name, _ in _uploaded_variables(config, Phase(phase))]
+
+
+def uploaded_shapes(config: radiounet.RadioUNetConfig, phase: Phase) -> tuple[tuple[int, ...], ...]:
+    """Shapes of the uploaded update's tensors for `phase`, in upload order."""
+    return tuple(shape for _, shape in _uploaded_variables(config, Phase(phase)))
+
+
+@functools.lru_cache(maxsize=None)
+def _uploaded_variables(config: radiounet.RadioUNetConfig, phase: Phase) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    # A model is built once per (config, phase) and process: the programs and tests ask often.
     with keras_graph():
         model = build_phase_model(config, phase)
-        return [v.name for v in model.trainable_variables]
+        return tuple((v.name, tuple(int(d) for d in v.shape)) for v in model.trainable_variables)

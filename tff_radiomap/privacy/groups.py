@@ -12,6 +12,7 @@ channel through concatenations, not from hard-coded indices.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -156,9 +157,17 @@ def radiounet_groups(config, phase) -> ParameterGroups:
     One transmitter-sensitive group per stage ('stage1_transmitter', 'stage2_transmitter'), found
     by following the transmitter channel of each stage's raw input `x` (channel 1) through its
     concatenations, and the residual group. A stage that is not uploaded in `phase` leaves its
-    group empty (d_g = 0), so the budget goes to the groups that are uploaded.
+    group empty (d_g = 0), so the budget goes to the groups that are uploaded. Computed once per
+    (config, phase) and process; the id arrays are read-only.
     """
+    return _radiounet_groups(config, int(phase))
+
+
+@functools.lru_cache(maxsize=None)
+def _radiounet_groups(config, phase: int) -> ParameterGroups:
     from tff_radiomap.learning import keras_wrap
+
+    phase = keras_wrap.Phase(phase)
 
     # Built eagerly: a model made inside a tf.Graph would invalidate the caller's eager models.
     model = keras_wrap.build_phase_model(config, phase)
@@ -170,7 +179,10 @@ def radiounet_groups(config, phase) -> ParameterGroups:
     # Keep both stage groups present in the names even when one is not uploaded.
     names = ("stage1_transmitter", "stage2_transmitter", RESIDUAL)
     remap = np.array([names.index(n) for n in groups.names], np.int32)
-    return ParameterGroups(names, (True, True, False), tuple(remap[a] for a in groups.ids))
+    ids = tuple(remap[a] for a in groups.ids)
+    for a in ids:
+        a.setflags(write=False)
+    return ParameterGroups(names, (True, True, False), ids)
 
 
 def _nested_models(model: tf.keras.Model, names) -> list[tf.keras.Model]:
