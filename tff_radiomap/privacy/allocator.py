@@ -75,6 +75,7 @@ as it is and report `skipped = 1`.
 from __future__ import annotations
 
 import collections
+import copy
 import dataclasses
 import time
 
@@ -194,10 +195,24 @@ class ProxyProblem:
         per_group = self._t["grams"] + self._t["cross"] * s_t + tf.transpose(self._t["cross"] * s_t, [0, 2, 1]) + self._t["noise"] * s_t * tf.transpose(s_t, [0, 2, 1])
         return tf.reduce_sum(per_group * t_t[:, :, None] * t_t[:, None, :], axis=0)
 
-    def heldout_mse(self, gram, alpha: float):
+    def tensors(self) -> dict:
+        """The round's inputs as tensors (`with_tensors` puts them back): what changes between
+        rounds of one trainer, whose buffer split, group sizes and shapes stay the same."""
+        return dict(self._t, y_train=self._y_train, y_test=self._y_test, y_mean=tf.constant(self._y_mean), constant_mse=tf.constant(self.constant_mse, tf.float64))
+
+    def with_tensors(self, tensors: dict) -> "ProxyProblem":
+        """A copy reading `tensors` (of `tensors()`'s layout) instead of its own: inside a traced
+        function, the round's arguments."""
+        other = copy.copy(self)
+        other._t = {k: tensors[k] for k in ("grams", "cross", "noise")}
+        other._y_train, other._y_test, other._y_mean = tensors["y_train"], tensors["y_test"], tensors["y_mean"]
+        other.constant_mse = tensors["constant_mse"]
+        return other
+
+    def heldout_mse(self, gram, alpha):
         """Held-out MSE of the dual ridge with regularization `alpha` (inf: the constant guess),
         features centred on the training mean."""
-        if not np.isfinite(alpha):
+        if isinstance(alpha, (int, float)) and not np.isfinite(alpha):
             return tf.constant(self.constant_mse, tf.float64)
         gc = self.centred(gram)
         g_tr = tf.gather(tf.gather(gc, self.train), self.train, axis=1)
@@ -216,8 +231,10 @@ class ProxyProblem:
         gp = tf.matmul(gram, p)  # [N, 1]
         return gram - gp - tf.transpose(gp) + tf.matmul(p, gp, transpose_a=True)
 
-    def train_diagonal(self, gram) -> float:
-        return float(tf.reduce_mean(tf.gather(tf.linalg.diag_part(self.centred(gram)), self.train)))
+    def train_diagonal(self, gram):
+        """The mean training diagonal of the centred Gram (the alphas' unit), held constant in the
+        gradient."""
+        return tf.stop_gradient(tf.reduce_mean(tf.gather(tf.linalg.diag_part(self.centred(gram)), self.train)))
 
 
 def view_scales(sigma, sizes, view: str):
@@ -246,29 +263,45 @@ def proxy_step(problem: ProxyProblem, sigma, ridge_scales=AllocatorConfig.ridge_
     the hard minimum has no gradient, and the ridge attackers just above it say where the noise
     would have to go.
     """
-    ratios, choices = [tf.constant(1.0, tf.float64)], [("constant", np.inf)]
+    ratios, alphas = proxy_ratios(problem, sigma, ridge_scales, views)
+    return proxy_loss(ratios, temperature), proxy_choice(ratios, alphas, ridge_scales, views)
+
+
+def proxy_ratios(problem: ProxyProblem, sigma, ridge_scales=AllocatorConfig.ridge_scales, views=VIEWS):
+    """(ratios, alphas) [1 + V * A]: every attacker's held-out MSE over the constant guess's, and
+    its alpha; entry 0 is the constant guess (1, alpha = inf), then each view's alphas in order."""
+    ratios, alphas = [tf.constant(1.0, tf.float64)], [tf.constant(np.inf, tf.float64)]
     for view in views:
         gram = problem.noisy_gram(sigma, view_scales(sigma, problem.sizes, view))
         scale = problem.train_diagonal(gram)
         for s in ridge_scales:
             ratios.append(problem.heldout_mse(gram, s * scale) / problem.constant_mse)
-            choices.append((view, s * scale))
-    ratios = tf.stack(ratios)
-    best = int(np.argmin(ratios.numpy()))
-    hard = ratios[best]
+            alphas.append(s * scale)
+    return tf.stack(ratios), tf.stack(alphas)
+
+
+def proxy_loss(ratios, temperature: float):
+    """L_proxy: the smallest ratio, with the soft minimum's gradient (`proxy_step`)."""
+    hard = tf.gather(ratios, tf.argmin(ratios))  # The first minimum takes the hard gradient.
     if temperature <= 0:
-        return hard, choices[best]
+        return hard
     soft = -temperature * tf.reduce_logsumexp(-ratios / temperature)
-    return hard + (soft - tf.stop_gradient(soft)), choices[best]
+    return hard + (soft - tf.stop_gradient(soft))
+
+
+def proxy_choice(ratios, alphas, ridge_scales=AllocatorConfig.ridge_scales, views=VIEWS) -> tuple[str, float]:
+    """(view, alpha) of the best attacker of `proxy_ratios`."""
+    best = int(np.argmin(np.asarray(ratios)))
+    return ("constant", np.inf) if best == 0 else (views[(best - 1) // len(ridge_scales)], float(np.asarray(alphas)[best]))
 
 
 def task_loss(energy, harm_per_energy, uniform_energy):
-    """L_task: mean over rows of energy [N, G] of sum_g c_g E_g over Uniform's sum_g c_g E_g."""
-    c = tf.constant(np.maximum(harm_per_energy, 0.0), tf.float32)
-    reference = float(np.sum(np.maximum(harm_per_energy, 0.0) * uniform_energy))
-    if reference <= 0:
-        return tf.constant(0.0)
-    return tf.reduce_mean(tf.reduce_sum(tf.cast(energy, tf.float32) * c, axis=1)) / reference
+    """L_task: mean over rows of energy [N, G] of sum_g c_g E_g over Uniform's sum_g c_g E_g (0
+    where Uniform's is not positive)."""
+    c = tf.maximum(tf.cast(harm_per_energy, tf.float32), 0.0)
+    reference = tf.reduce_sum(c * tf.cast(uniform_energy, tf.float32))
+    ratio = tf.reduce_mean(tf.reduce_sum(tf.cast(energy, tf.float32) * c, axis=1)) / tf.where(reference > 0, reference, 1.0)
+    return tf.where(reference > 0, ratio, 0.0)
 
 
 def allocator_step(eta: dict, optimizer, loss_fn):
@@ -299,6 +332,7 @@ class AllocatorTrainer:
         self._eta = None
         self._collector, self._collector_model = None, None
         self._loss_fn = None
+        self._objective = None  # The traced objective and its gradient (`_objective_fn`).
         # Plain gradient descent (Eq. (21)), the step's norm capped: Adam's per-parameter
         # normalization turns a vanishing gradient (a proxy at the constant guess, the entropy term
         # alone) into full-size steps.
@@ -441,25 +475,21 @@ class AllocatorTrainer:
 
         t_harm = time.monotonic()
 
-        def loss_fn(eta):
-            w, energy, sigma = self.allocation(eta, summaries)
-            l_proxy, choice = proxy_step(problem, sigma, cfg.ridge_scales, temperature=cfg.proxy_temperature)
-            l_task = task_loss(energy, harm, uniform_energy)
-            entropy = tf.reduce_mean(budget_lib.entropy(w))
-            loss = l_task - cfg.lambda_p * tf.cast(l_proxy, tf.float32) - cfg.lambda_h * entropy
-            return loss, dict(proxy_loss=l_proxy, task_loss=l_task, entropy=entropy, alloc_loss=loss, choice=choice)
-
+        variables = list(eta.values())
+        args = (summaries, problem.tensors(), tf.constant(harm, tf.float32), tf.constant(uniform_energy, tf.float32))
+        step_fn = self._objective_fn(problem)
         history = []
         for _ in range(cfg.steps):
-            step = allocator_step(eta, self.eta_optimizer, loss_fn)
-            if step is None or not np.isfinite(float(step[0])):
+            parts, grads = step_fn(*args)
+            if not (np.isfinite(float(parts["alloc_loss"])) and all(g is not None and np.all(np.isfinite(g.numpy())) for g in grads)):
                 for k, v in unchanged.items():
                     eta[k].assign(v)
                 return unchanged, {"skipped": 1.0}
-            history.append(step[1])
-        _, parts = loss_fn(eta)  # Where the round leaves the allocation.
+            self.eta_optimizer.apply_gradients(zip(grads, variables))  # Eq. (21).
+            history.append(parts)
+        parts, _ = step_fn(*args)  # Where the round leaves the allocation.
         w, _, _ = self.allocation(eta, summaries)
-        view, alpha = parts.pop("choice")
+        view, alpha = proxy_choice(parts.pop("ratios"), parts.pop("alphas"), cfg.ridge_scales)
         measurements = {k: float(v) for k, v in parts.items()}
         measurements.update(
             skipped=0.0,
@@ -472,6 +502,30 @@ class AllocatorTrainer:
         measurements.update({f"harm_per_energy_{name}": float(c) for name, c in zip(self.groups.names, harm)})
         measurements.update({f"weight_{name}": float(m) for name, m in zip(self.groups.names, tf.reduce_mean(w, 0).numpy())})
         return collections.OrderedDict((k, v.numpy()) for k, v in eta.items()), measurements
+
+    def _objective_fn(self, problem: ProxyProblem):
+        """(parts, gradients of eta) of Eq. (21)'s objective, L_task - lambda_p L_proxy - lambda_h H,
+        at the current eta: traced once per trainer (the round's inputs are its arguments; the
+        buffer's split and the groups, read from `problem`, are the same every round)."""
+        if self._objective is None:
+            cfg = self.config
+            template = problem
+
+            def objective(summaries, tensors, harm, uniform_energy):
+                round_problem = template.with_tensors(tensors)
+                variables = list(self._eta.values())
+                with tf.GradientTape() as tape:
+                    w, energy, sigma = self.allocation(self._eta, summaries)
+                    ratios, alphas = proxy_ratios(round_problem, sigma, cfg.ridge_scales)
+                    l_proxy = proxy_loss(ratios, cfg.proxy_temperature)
+                    l_task = task_loss(energy, harm, uniform_energy)
+                    entropy = tf.reduce_mean(budget_lib.entropy(w))
+                    loss = l_task - cfg.lambda_p * tf.cast(l_proxy, tf.float32) - cfg.lambda_h * entropy
+                parts = dict(proxy_loss=l_proxy, task_loss=l_task, entropy=entropy, alloc_loss=loss, ratios=ratios, alphas=alphas)
+                return parts, tape.gradient(loss, variables)
+
+            self._objective = tf.function(objective)
+        return self._objective
 
     # -- checkpoints --------------------------------------------------------------------------
     def state(self) -> dict:
