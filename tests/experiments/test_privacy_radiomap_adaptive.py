@@ -18,9 +18,18 @@ def adaptive_runs(tff_runtime, config, cached_trainers, tmp_path_factory):
     """One adaptive run with the attack, uninterrupted (`first`), and again stopped after round 2
     (its folder copied then, `stopped`) and resumed (`resumed`); the small allocator of
     `small_allocator_config` (these tests are about exact resume, not about what it learns), one
-    observed local step (the attack's noise and the allocator's are seeded per round either way)."""
-    adaptive = dataclasses.replace(config, defense="adaptive", attack_every=1, attack_steps=1, attack_train_traces=16, attack_test_traces=8)
+    observed local step (the attack's noise and the allocator's are seeded per round either way).
+    The groups are the front's: the twin's leakage basis (refreshed at each phase's first round and
+    read back on resume) in one block, and the residual (the paper's partition runs end to end in
+    test_privacy_defenses.py)."""
+    from tff_radiomap.data import twin
+
     base = tmp_path_factory.mktemp("adaptive")
+    twin_root = twin.ensure_twin(config.data_root, positions=4, out_root=str(base / "twin"))
+    adaptive = dataclasses.replace(
+        config, defense="adaptive", adaptive_partition="leakage", twin_root=twin_root, basis_positions=4, basis_k_per_map=2,
+        attack_every=1, attack_steps=1, attack_train_traces=16, attack_test_traces=8,
+    )
     runs = {name: str(base / name) for name in ("first", "resumed", "stopped")}
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(allocator, "AllocatorConfig", small_allocator_config())
@@ -42,7 +51,8 @@ def test_an_adaptive_run_with_the_attack_is_the_same_run_to_run_and_across_a_res
     assert adaptive_runs["saved"] == ["round_1.npz", "round_2.npz"]
     rows = {name: _rows(adaptive_runs[name]) for name in ("first", "resumed")}
     checked = [k for k in rows["first"][0] if k.startswith(("attack_", "allocator/")) or k in ("train_loss", "val_mse")]
-    assert {"attack_rmse_m", "allocator/proxy_loss", "allocator/weight_residual"} <= set(checked)
+    assert {"attack_rmse_m", "allocator/proxy_loss", "allocator/weight_leak0", "allocator/weight_residual"} <= set(checked)
+    assert [r["basis_refreshed"] for r in rows["first"]] == ["1", "1", "0"]  # Each phase's first round.
     assert [r["round"] for r in rows["resumed"]] == ["1", "2", "3"]
     for a, b in zip(rows["first"], rows["resumed"]):
         for key in checked:
