@@ -285,7 +285,7 @@ def check_orthonormal(basis: np.ndarray, num_coordinates: int, rank: int, tolera
         raise ValueError(f"subspace basis has shape {basis.shape}, expected ({num_coordinates}, {rank})")
     if not np.all(np.isfinite(basis)):
         raise ValueError("subspace basis has non-finite entries")
-    gram = basis.T.astype(np.float64) @ basis.astype(np.float64)
+    gram = (basis.T.astype(np.float32) @ basis.astype(np.float32)).astype(np.float64)  # float32: d terms err ~1e-5 << tolerance.
     error = float(np.max(np.abs(gram - np.eye(rank)))) if rank else 0.0
     if error > tolerance:
         raise ValueError(f"subspace basis is not orthonormal: max |V^T V - I| = {error:.3g} (tolerance {tolerance}); orthonormalize it (e.g. np.linalg.qr)")

@@ -88,8 +88,9 @@ def leakage_basis(uploads: np.ndarray, map_of: np.ndarray, k_per_map: int) -> tu
     q, r = np.linalg.qr(np.concatenate(directions, axis=1).astype(np.float64))
     if q.shape[1] < rank or np.min(np.abs(np.diag(r))) < 1e-6 * np.max(np.abs(np.diag(r))):
         q = _completed_span(np.concatenate(directions, axis=1).astype(np.float64), rank)
-    # Rotate within span(V) so that the columns come in order of the within-map variance.
-    coef = np.concatenate(centred).astype(np.float64) @ q
+    # Rotate within span(V) so that the columns come in order of the within-map variance (the
+    # projections in float32: the refresh's largest product, N x d x K; the rotation in float64).
+    coef = (np.concatenate(centred).astype(np.float32) @ q.astype(np.float32)).astype(np.float64)
     eigval, eigvec = np.linalg.eigh(coef.T @ coef)
     order = np.argsort(eigval)[::-1]
     basis = (q @ eigvec[:, order]).astype(np.float32)
