@@ -100,11 +100,12 @@ from programs import common
 import tff_radiomap.runtime
 
 program = importlib.import_module("programs." + sys.argv[1])
-commands, grids = [], []
+commands, grids, jobs = [], [], []
 
 class Recorder:
-    def __init__(self, command):
+    def __init__(self, command, jobs_at_once):
         self.command = command
+        jobs.append(jobs_at_once)
     def __call__(self, config, run_dir):
         commands.append(self.command(config))
         raise RuntimeError("recorded")
@@ -142,7 +143,7 @@ for command in commands:
     grids.clear()
     code = main(command[3:])
     children.append({"code": code, "runs": [[d, dataclasses.asdict(c)] for c, d in (grids[-1] if grids else [])]})
-print(json.dumps({"parent": parent, "commands": commands, "flag_names": names, "children": children}))
+print(json.dumps({"parent": parent, "commands": commands, "flag_names": names, "children": children, "jobs": jobs}))
 """
 
 
@@ -154,6 +155,7 @@ def test_children_get_every_flag_and_each_runs_its_one_run(roots):
     ]
     result = _run("-c", _CHILDREN, "privacy_front", json.dumps(args))
     assert result["parent"] == 1  # Every recorded child "failed": the front is not written.
+    assert result["jobs"] == [2]  # The runner shares the cores out over two children at once.
     commands = result["commands"]
     assert len(commands) == 6
     for command in commands:
