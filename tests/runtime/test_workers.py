@@ -77,7 +77,7 @@ _CHILD = textwrap.dedent(
     if mode == "raise":
         raise RuntimeError("boom")
     if mode == "wait":
-        time.sleep(120)
+        time.sleep(600)  # Longer than the test waits: the signal must end it.
     """
 )
 
@@ -90,6 +90,9 @@ def test_worker_never_outlives_the_program(mode, signum):
         stderr=subprocess.DEVNULL,
         text=True,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+        # A shell's background job (`make test &`, nohup) starts with SIGINT ignored, and the child
+        # would inherit that: give it the default disposition, so SIGINT is what is tested.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     pid = int(child.stdout.readline())
     if mode == "wait":  # The other modes may already have exited (and stopped the worker).
@@ -97,8 +100,11 @@ def test_worker_never_outlives_the_program(mode, signum):
     if signum is not None:
         child.send_signal(signum)
     # The pipe closes only when every holder of it is gone: the worker must not hold it.
-    rest = child.stdout.read()
-    child.wait(timeout=60)
+    try:
+        rest, _ = child.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        raise AssertionError(f"the program (or its worker, holding the pipe) did not end within 60 s of {mode}/{signum}")
     assert rest == ""
     assert _gone(pid), f"worker {pid} survived a program that ended by {mode}/{signum}"
 
