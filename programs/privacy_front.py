@@ -143,9 +143,12 @@ def main(argv):
     runs = privacy_front.grid(base, FLAGS.methods, _nus(), _seeds(), FLAGS.output_dir)
     children, local, run_fn = common.privacy_runner(ChildRuns, functools.partial(child_command, data_root=root), FLAGS.jobs > 1 and len(runs) > 1, FLAGS.overwrite, FLAGS.jobs)
 
+    # Finished runs (copied back from bench/, say) are read, not handed to a child.
+    skip = None if FLAGS.overwrite else experiment.holds_finished_run
+
     def front():
         return privacy_front.run_front(
-            base, FLAGS.methods, _nus(), _seeds(), FLAGS.output_dir, run_fn=run_fn, jobs=FLAGS.jobs if children else 1, report=FLAGS.report
+            base, FLAGS.methods, _nus(), _seeds(), FLAGS.output_dir, run_fn=run_fn, jobs=FLAGS.jobs if children else 1, report=FLAGS.report, skip=skip
         )
 
     result = common.run_privacy_runs(front, children, local, root, FLAGS.output_dir)

@@ -62,6 +62,21 @@ def test_noise_free_methods_run_once_per_seed_the_others_once_per_nu_and_seed(tm
     assert pf.run_name("directed", 1e-5, 2) == "directed_nu1e-05_s2" and pf.run_name("fedsgd", 0.3, 2) == "fedsgd_s2"
 
 
+def test_runs_the_skip_predicate_accepts_are_not_handed_to_run_fn(tmp_path):
+    root = str(tmp_path)
+    calls = []
+    done = {os.path.join(root, "none_s0"), os.path.join(root, "uniform_nu0.1_s1")}
+    pf.run_front(_Config(), ["none", "uniform"], [0.1], [0, 1], root, run_fn=lambda c, d: calls.append(d), report=False, skip=lambda c, d: d in done)
+    assert calls == [os.path.join(root, n) for n in ("uniform_nu0.1_s0", "none_s1")]
+
+    def refuse(c, d):
+        raise ValueError(f"{d}: another run")
+
+    with pytest.raises(ValueError, match="none_s0: another run"):
+        pf.run_front(_Config(), ["none"], [0.1], [0], root, run_fn=lambda c, d: calls.append(d), report=False, skip=refuse)
+    assert len(calls) == 2  # Refused before any run.
+
+
 def test_front_csv_holds_one_row_per_method_and_nu_with_means_over_seeds(runs):
     out = pf.write_results(runs, ["none", "uniform"], [0.01], [0, 1])
     with open(out["csv"]) as f:

@@ -87,6 +87,22 @@ def test_a_different_config_in_the_same_folder_is_refused(config, tmp_path):
         experiment.run(config, out, progress=False)
 
 
+def test_a_finished_run_is_recognised_from_its_config_and_summary_alone(config, tmp_path):
+    """What the front reads back without starting a child: a folder copied from bench/ holds
+    config.json, metrics.csv and summary.json, and no program state."""
+    out = str(tmp_path / "run")
+    assert not experiment.holds_finished_run(config, out)  # No folder yet.
+    os.makedirs(out)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(dataclasses.asdict(config), f)
+    assert not experiment.holds_finished_run(config, out)  # Started, not finished.
+    with open(os.path.join(out, "summary.json"), "w") as f:
+        json.dump({"rounds": config.rounds}, f)
+    assert experiment.holds_finished_run(config, out)
+    with pytest.raises(experiment.ConfigMismatchError, match="seed: saved 0, now 7"):
+        experiment.holds_finished_run(dataclasses.replace(config, seed=7), out)
+
+
 @pytest.mark.parametrize(
     "change, message",
     [

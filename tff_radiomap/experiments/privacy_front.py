@@ -87,16 +87,22 @@ def grid(base_config, methods, noise_multipliers, seeds, output_dir: str) -> lis
     ]
 
 
-def run_front(base_config, methods, noise_multipliers, seeds, output_dir: str, run_fn, progress: bool = True, jobs: int = 1, report: bool = True) -> dict | None:
+def run_front(
+    base_config, methods, noise_multipliers, seeds, output_dir: str, run_fn, progress: bool = True, jobs: int = 1, report: bool = True, skip=None
+) -> dict | None:
     """Runs every run of the front through `run_fn(config, run_dir)`, then writes the front.
 
     `run_fn` resumes a partial run and returns a finished one as it is (as `privacy_radiomap.run`
-    does). With `jobs` > 1 the runs go as Table I's do (`privacy_table.run_all`: costliest first;
-    RunsFailedError names every failed one after the others finish, and nothing is written).
-    `report`=False: the runs only (a child running one of them); returns None.
+    does). `skip(config, run_dir)`: true for a run not to hand to `run_fn` at all (a finished one,
+    `privacy_radiomap.holds_finished_run`: a child process per finished run costs a start-up), or
+    raises for a folder that must not be used. With `jobs` > 1 the runs go as Table I's do
+    (`privacy_table.run_all`: costliest first; RunsFailedError names every failed one after the
+    others finish, and nothing is written). `report`=False: the runs only (a child running one of
+    them); returns None.
     """
     os.makedirs(output_dir, exist_ok=True)
-    privacy_table.run_all(grid(base_config, methods, noise_multipliers, seeds, output_dir), run_fn, jobs, progress)
+    runs = [(c, d) for c, d in grid(base_config, methods, noise_multipliers, seeds, output_dir) if skip is None or not skip(c, d)]
+    privacy_table.run_all(runs, run_fn, jobs, progress)
     return write_results(output_dir, methods, noise_multipliers, seeds) if report else None
 
 

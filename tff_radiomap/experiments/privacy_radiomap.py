@@ -325,6 +325,12 @@ def _check_config(config: ExperimentConfig, output_dir: str) -> bool:
     return True
 
 
+def holds_finished_run(config: ExperimentConfig, output_dir: str) -> bool:
+    """True if `output_dir` holds the finished run of `config` (its config.json and summary.json),
+    which `run` would return as it is; raises `ConfigMismatchError` if it holds another one."""
+    return _check_config(config, output_dir) and os.path.exists(os.path.join(output_dir, "summary.json"))
+
+
 def _write_config(config: ExperimentConfig, output_dir: str) -> None:
     run_folder.write_json(os.path.join(output_dir, "config.json"), dataclasses.asdict(config))
 
