@@ -43,6 +43,31 @@ def test_local_context_runs_and_stops_its_worker():
     assert tff.framework.get_context_stack().current is before
 
 
+def _ignores_sigint(pid: int) -> bool:
+    with open(f"/proc/{pid}/status") as f:
+        mask = next(int(line.split()[1], 16) for line in f if line.startswith("SigIgn:"))
+    return bool(mask & (1 << (signal.SIGINT - 1)))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads /proc")
+@pytest.mark.parametrize("die_with_parent", [True, False])
+def test_a_worker_takes_sigint_when_its_program_ignores_it(die_with_parent):
+    """A shell's background job starts with SIGINT ignored; the worker must not inherit that, or
+    `stop()`'s SIGINT does nothing and every stop waits for its SIGKILL timeout."""
+    from tff_radiomap.runtime import workers
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        assert _ignores_sigint(os.getpid())
+        worker = workers.WorkerProcess(die_with_parent=die_with_parent)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    try:
+        assert not _ignores_sigint(worker.pid)
+    finally:
+        worker.stop()
+
+
 def test_restart_replaces_a_killed_worker():
     import tensorflow_federated as tff
 

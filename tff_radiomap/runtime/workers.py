@@ -61,11 +61,23 @@ def worker_environment() -> dict:
 
 
 def _die_with_parent() -> None:
-    """preexec_fn: ask the kernel to SIGKILL the child when its parent dies."""
+    """preexec_fn: ask the kernel to SIGKILL the child when its parent dies, and give it SIGINT's
+    default disposition (see `_default_sigint`)."""
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:  # Not Linux: atexit and signal handlers still apply.
+        pass
+    _default_sigint()
+
+
+def _default_sigint() -> None:
+    """preexec_fn: SIGINT back to its default in the worker. A program started as a shell's
+    background job (nohup, `cmd &`) has SIGINT ignored and its children inherit that: the worker
+    would then ignore `stop()`'s SIGINT and be killed only after the timeout (5 s a stop)."""
+    try:
+        ctypes.CDLL("libc.so.6").signal(int(signal.SIGINT), 0)  # 0: SIG_DFL.
+    except OSError:
         pass
 
 
@@ -91,7 +103,7 @@ class WorkerProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent if die_with_parent else None,
+                preexec_fn=_die_with_parent if die_with_parent else _default_sigint,
                 close_fds=True,
                 env=worker_environment(),
             )
