@@ -85,11 +85,11 @@ def test_front_csv_holds_one_row_per_method_and_nu_with_means_over_seeds(runs):
     assert reader.fieldnames == [
         "method", "noise_multiplier", "seeds", "best_val_mse_db_mean", "best_val_mse_db_std", "final_attack_rmse_m_mean",
         "final_attack_rmse_m_std", "mean_attack_rmse_m_mean", "constant_rmse_m", "max_epsilon",
-        "final_val_mse_db_mean", "final_val_mse_db_std",
-    ]  # The columns of fronts written before max_epsilon, then it, then the final MSE.
+        "final_val_mse_db_mean", "final_val_mse_db_std", "late_attack_rmse_m_mean", "late_attack_rmse_m_std",
+    ]  # The columns of fronts written before max_epsilon, then it, the final MSE, the attacks after round 1.
     assert [(r["method"], float(r["noise_multiplier"]), int(r["seeds"])) for r in rows] == [("none", 0.0, 2), ("uniform", 0.01, 2)]
     assert [r["max_epsilon"] for r in rows] == ["", ""]  # Not known: these runs have no config.json.
-    none, uniform = ({k: float(v) for k, v in r.items() if k not in ("method", "max_epsilon")} for r in rows)
+    none, uniform = ({k: float(v or "nan") for k, v in r.items() if k not in ("method", "max_epsilon")} for r in rows)
     assert none["best_val_mse_db_mean"] == pytest.approx(-21.0) and none["best_val_mse_db_std"] == pytest.approx(1.0)
     assert none["final_val_mse_db_mean"] == pytest.approx(-20.0) and none["final_val_mse_db_std"] == pytest.approx(1.0)
     assert none["final_attack_rmse_m_mean"] == pytest.approx(25.0) and none["final_attack_rmse_m_std"] == pytest.approx(5.0)
@@ -98,6 +98,9 @@ def test_front_csv_holds_one_row_per_method_and_nu_with_means_over_seeds(runs):
     assert uniform["final_attack_rmse_m_mean"] == pytest.approx(65.0) and uniform["final_attack_rmse_m_std"] == pytest.approx(5.0)
     assert uniform["mean_attack_rmse_m_mean"] == pytest.approx((55.0 + 70.0) / 2)
     assert uniform["constant_rmse_m"] == pytest.approx(105.0)
+    assert none["late_attack_rmse_m_mean"] == pytest.approx(25.0) and none["late_attack_rmse_m_std"] == pytest.approx(5.0)
+    # Seed 1 has no attack after round 1: the mean is seed 0's alone, with no spread.
+    assert uniform["late_attack_rmse_m_mean"] == pytest.approx(60.0) and rows[1]["late_attack_rmse_m_std"] == ""
     table = open(out["table_md"]).read()
     assert "| none | 0 | 2 | -21.00 | 1.00 | 25.00 | 5.00 | 30.00 | 100.00 | n/a |" in table
     assert "uniform_nu0.01_s1: last attack at round 1 of 3" in table

@@ -244,6 +244,25 @@ def test_client_placement_is_checked_and_old_runs_count_as_tff(config, tmp_path)
         experiment._check_config(dataclasses.replace(config, client_placement="in_process"), str(tmp_path / "old"))
 
 
+def test_a_field_the_defense_does_not_read_does_not_tell_runs_apart(config, tmp_path):
+    """subspace_share is read by Subspace Noise alone: a Uniform run saved under another share is
+    today's Uniform run; a Subspace run under another share is another run."""
+    for defense, same in (("uniform", True), ("subspace", False)):
+        saved = dataclasses.asdict(dataclasses.replace(config, defense=defense, subspace_share=0.5))
+        folder = tmp_path / defense
+        os.makedirs(folder)
+        with open(folder / "config.json", "w") as f:
+            json.dump(saved, f)
+        now = dataclasses.replace(config, defense=defense, subspace_share=0.25)
+        if same:
+            assert experiment._check_config(now, str(folder))
+        else:
+            with pytest.raises(experiment.ConfigMismatchError, match="subspace_share: saved 0.5, now 0.25"):
+                experiment._check_config(now, str(folder))
+    with pytest.raises(experiment.ConfigMismatchError, match="defense: saved 'uniform', now 'subspace'"):
+        experiment._check_config(dataclasses.replace(config, defense="subspace", subspace_share=0.5), str(tmp_path / "uniform"))
+
+
 def test_runs_saved_before_stage2_output_existed_count_as_relu(config, tmp_path):
     assert config.stage2_output == "linear" and config.model_config().stage2_output == "linear"
     saved = dataclasses.asdict(config)

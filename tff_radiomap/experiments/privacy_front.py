@@ -52,6 +52,11 @@ COLUMNS = (
     "max_epsilon",  # The columns before it are those of fronts written before it existed.
     "final_val_mse_db_mean",  # The model after the last round (stage 2's), which best_val may not see.
     "final_val_mse_db_std",
+    # The attacks after round 1, averaged run by run, then over seeds: round 1's attack reads the
+    # initial model (at the constant guess under every noise defense), and the last attack alone
+    # moves ~10 m between neighbouring attacks; this mean spreads ~3x less over seeds.
+    "late_attack_rmse_m_mean",
+    "late_attack_rmse_m_std",
 )
 STD_COLUMNS = tuple(c for c in COLUMNS if c.endswith("_std"))
 ALLOCATION_COLUMNS = ("method", "noise_multiplier", "seed", "round", "group", "weight", "phase")
@@ -200,11 +205,12 @@ def front_rows(output_dir: str, methods, noise_multipliers, seeds, skip_missing:
         final_attack = privacy_table.mean_std([a for a, _ in last])
         per_run_mean = [privacy_table.mean_std([r.get("attack_rmse_m", np.nan) for r in metrics])[0] for _, _, metrics, _ in runs]
         constant = [privacy_table.mean_std([r.get("attack_constant_rmse_m", np.nan) for r in metrics])[0] for _, _, metrics, _ in runs]
+        late = privacy_table.mean_std([privacy_table.mean_std([r.get("attack_rmse_m", np.nan) for r in metrics if int(r["round"]) > 1])[0] for _, _, metrics, _ in runs])
         epsilons = [e for _, _, _, e in runs]
         rows.append(dict(zip(COLUMNS, (
             method, nu, len(runs), best[0], best[1], final_attack[0], final_attack[1],
             privacy_table.mean_std(per_run_mean)[0], privacy_table.mean_std(constant)[0],  # Run by run, then over seeds.
-            _worst(epsilons), final_mse[0], final_mse[1],
+            _worst(epsilons), final_mse[0], final_mse[1], late[0], late[1],
         ))))
     return rows, missing, notes
 
@@ -314,7 +320,8 @@ def _markdown(rows, seeds, missing, notes, moves=()) -> str:
         f"max_epsilon: the worst client's epsilon at delta {privacy_accounting.DELTA:g} over the seeds, against an observer of "
         "individual uploads (each client composes its own uploads; no amplification by sampling); 'no guarantee' where an "
         "upload had none; 'n/a' where a run's is not known (no config.json). std 'n/a': fewer than two seeds with a value. "
-        "final_val_mse_db: after the last round (stage 2's output), where best_val_mse_db may be stage 1's.",
+        "final_val_mse_db: after the last round (stage 2's output), where best_val_mse_db may be stage 1's. "
+        "late_attack_rmse_m: the mean of a run's attacks after round 1, then over seeds (less noisy than the last attack).",
     ]
     if moves:
         lines += ["", "Learned allocations (allocation.csv): the largest change of a group's weight, between the first and last "
