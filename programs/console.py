@@ -31,11 +31,19 @@ LOG_NAME = "log.txt"
 KNOWN_NOISE = re.compile(rb"Unable to register cu(DNN|FFT|BLAS) factory: Attempting to register factory for plugin")
 
 
+# Set beside TF_CPP_MIN_LOG_LEVEL by quiet_tensorflow_start: a process it spawns (the data
+# generator's workers) inherits the level, and this says the level is ours, not the user's, so the
+# child drops the same start-up noise.
+SET_BY_US = "TFF_RADIOMAP_QUIET_TF"
+
+
 def quiet_tensorflow_start() -> None:
     """Call before TensorFlow is imported: see the module docstring."""
-    if "TF_CPP_MIN_LOG_LEVEL" in os.environ or "tensorflow" in sys.modules:
+    user_level = "TF_CPP_MIN_LOG_LEVEL" in os.environ and os.environ.get(SET_BY_US) != "1"
+    if user_level or "tensorflow" in sys.modules:
         return
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    os.environ[SET_BY_US] = "1"
     with _stderr_without(KNOWN_NOISE):
         import tensorflow_federated  # noqa: F401  (imports TensorFlow and jax)
 
