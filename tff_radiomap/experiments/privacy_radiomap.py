@@ -302,7 +302,12 @@ class DataTooSmallError(ValueError):
 LEGACY_VALUES = {"stage2_output": "relu"}
 # Fields that only some defenses read: a run of another defense is the same run whatever they hold
 # (a Uniform run saved under subspace_share 0.5 is the Uniform run of today's default).
-DEFENSE_FIELDS = {"subspace_share": ("subspace",)}
+DEFENSE_FIELDS = {
+    "subspace_share": ("subspace",),
+    "adaptive_partition": ("adaptive",),
+    "allocator_lambda_p": ("adaptive",),
+    "allocator_lambda_h": ("adaptive",),
+}
 
 RUN_FILES = ("config.json", "metrics.csv", "summary.json", "program_state", "tensorboard", "allocator_state", "basis", "accounting")
 
