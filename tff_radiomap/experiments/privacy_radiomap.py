@@ -328,8 +328,8 @@ def _check_config(config: ExperimentConfig, output_dir: str) -> bool:
     defaults = {f.name: f.default for f in dataclasses.fields(config) if f.default is not dataclasses.MISSING}
     defaults.update(LEGACY_VALUES)
     saved = lambda k: found.get(k, defaults.get(k))  # noqa: E731
-    read = lambda k: config.defense in DEFENSE_FIELDS.get(k, (config.defense,))  # noqa: E731
-    differing = sorted(k for k in set(found) | set(wanted) if saved(k) != wanted.get(k) and (k == "defense" or read(k)))
+    unread = {k for k, defenses in DEFENSE_FIELDS.items() if config.defense not in defenses}
+    differing = sorted(k for k in (set(found) | set(wanted)) - unread if saved(k) != wanted.get(k))
     if differing:
         detail = ", ".join(f"{k}: saved {saved(k)!r}, now {wanted.get(k)!r}" for k in differing)
         raise ConfigMismatchError(f"{output_dir} holds a run with another configuration ({detail})")
