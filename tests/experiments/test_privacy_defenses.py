@@ -36,6 +36,8 @@ class _Config:
     attack_test_traces: int = 8
     allocator_lambda_p: float = 1.0
     allocator_lambda_h: float = 0.01
+    allocator_every: int = 1
+    basis_every: int = 10
     map_size_m: float = 64.0
 
     def model_config(self):
@@ -99,3 +101,15 @@ def test_adaptive_defense_runs_in_the_two_stage_process_with_hooks(tff_runtime, 
     assert seen == [1, 2, 4]
     weights = trainer.network_weights(state)
     assert all(np.all(np.isfinite(w)) for w in weights.stage1 + weights.stage2)
+
+
+def test_the_allocator_trains_at_each_phases_first_round_and_every_n_rounds_of_it():
+    cfg = dataclasses.replace(_Config(), rounds=7, stage1_rounds=3, allocator_every=2)
+    assert [r for r in range(1, 8) if pd.due_in_phase(cfg, r, cfg.allocator_every)] == [1, 3, 4, 6]
+    assert [r for r in range(1, 8) if pd.due_in_phase(cfg, r, 1)] == list(range(1, 8))
+    factories = {p: pd.make_factory("adaptive", cfg, p) for p in (Phase.STAGE1, Phase.STAGE2)}
+    hooks = pd.PrivacyHooks(cfg, _pool(), factories)
+    state = {"phase": np.int32(Phase.STAGE1)}
+    # Not due: the state comes back as it was, nothing measured, the trainer not touched.
+    assert hooks.train_allocator(None, state, 2) == (state, {})
+    assert hooks.allocator_trainer == {}

@@ -88,6 +88,13 @@ def _num_maps(root: str) -> int:
     return sum(1 for f in os.listdir(folder) if f.endswith(".png") and f[:-4].isdigit())
 
 
+def due_in_phase(config, round_num: int, every: int) -> bool:
+    """True at the first round of round `round_num`'s phase and every `every` rounds of it."""
+    phase_of = config.phase_for_round
+    start = min(r for r in range(1, round_num + 1) if phase_of(r) == phase_of(round_num) and (r == 1 or phase_of(r - 1) != phase_of(r)))
+    return (round_num - start) % every == 0
+
+
 class BasisRefresher:
     """Keeps the subspace defense's leakage basis at the current global model.
 
@@ -114,9 +121,7 @@ class BasisRefresher:
         self._models, self._collectors, self._loaded = {}, {}, set()
 
     def due(self, round_num: int) -> bool:
-        phase_of = self.config.phase_for_round
-        start = min(r for r in range(1, round_num + 1) if phase_of(r) == phase_of(round_num) and (r == 1 or phase_of(r - 1) != phase_of(r)))
-        return (round_num - start) % self.config.basis_every == 0
+        return due_in_phase(self.config, round_num, self.config.basis_every)
 
     def before_round(self, trainer, state, round_num: int) -> dict:
         """Refreshes the basis if due (else makes sure the observer has the current one); the
@@ -235,11 +240,12 @@ class PrivacyHooks:
         return dict(zip(ATTACK_METRICS, values))
 
     def train_allocator(self, trainer, state, round_num: int):
-        """After round `round_num`: one allocator round for the adaptive defense; new state."""
+        """After round `round_num`: one allocator round for the adaptive defense if due (a phase's
+        first round and every `allocator_every` rounds of it); new state and its measurements."""
         cfg = self.config
         phase = Phase(int(state["phase"]))
         factory = self.factories.get(phase)
-        if not isinstance(factory, AdaptiveGroupNoiseFactory):
+        if not isinstance(factory, AdaptiveGroupNoiseFactory) or not due_in_phase(cfg, round_num, cfg.allocator_every):
             return state, {}
         trainer_of_phase = self._allocator_trainer(phase, factory)
         model = self._model(phase, trainer.network_weights(state))

@@ -105,6 +105,9 @@ class ExperimentConfig:
     adaptive_partition: str = "paper"
     allocator_lambda_p: float = 1.0
     allocator_lambda_h: float = 0.01
+    # Train the allocator after a phase's first round and every n rounds of it (1: every round, as
+    # in the paper; the allocation holds in between). The front's Adaptive rows use 5, for cost.
+    allocator_every: int = 1
     map_size_m: float = 256.0
     # Test hook: "ROUND:CLIENT" feeds client CLIENT NaN inputs in round ROUND (if it is sampled),
     # so that its update is not finite; the run must zero it and count it (nonfinite_updates).
@@ -137,6 +140,7 @@ class ExperimentConfig:
             (1 <= self.basis_k_per_map < self.basis_positions, "basis_k_per_map", f"an integer in 1..basis_positions-1={self.basis_positions - 1}"),
             (self.basis_blocks >= 1, "basis_blocks", "an integer >= 1"),
             (self.basis_every >= 1, "basis_every", "an integer >= 1"),
+            (self.allocator_every >= 1, "allocator_every", "an integer >= 1"),
             (self.adaptive_partition in ADAPTIVE_PARTITIONS, "adaptive_partition", f"one of {ADAPTIVE_PARTITIONS}"),
             (self.attack_steps >= 1, "attack_steps", "an integer >= 1"),
             (self.attack_train_traces >= 10, "attack_train_traces", "an integer >= 10"),
@@ -307,6 +311,7 @@ DEFENSE_FIELDS = {
     "adaptive_partition": ("adaptive",),
     "allocator_lambda_p": ("adaptive",),
     "allocator_lambda_h": ("adaptive",),
+    "allocator_every": ("adaptive",),
 }
 
 RUN_FILES = ("config.json", "metrics.csv", "summary.json", "program_state", "tensorboard", "allocator_state", "basis", "accounting")
