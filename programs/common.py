@@ -74,6 +74,23 @@ def data_root(value: str | None, flag: str = "data_root", simulation: str = "DPM
     return os.path.abspath(value)
 
 
+def config_settings(items: list[str], own_flag: dict) -> dict:
+    """--set's {field: value} of privacy_radiomap.ExperimentConfig (`privacy_front.parse_settings`);
+    exit 2 naming --set for an unknown field, a value its type does not parse, or a field in
+    `own_flag` (field -> the flag that sets it). A folder given relative to here becomes absolute,
+    so that it means the same in child processes and on resume."""
+    from tff_radiomap.experiments import privacy_front, privacy_radiomap
+
+    text = ",".join(items)
+    try:
+        settings = privacy_front.parse_settings(privacy_radiomap.ExperimentConfig, items)
+    except ValueError as exc:
+        fail(f"--set={text!r}: {exc}")
+    for name in settings:
+        require(name not in own_flag, "set", text, f"no {name}: --{own_flag.get(name)} sets it")
+    return {k: os.path.abspath(v) if k.endswith("_root") and isinstance(v, str) and v else v for k, v in settings.items()}
+
+
 def refuse_other_run(flag: str, path: str, exc: Exception) -> None:
     """Exits with status 2: the folder of `--flag` holds a run with another configuration."""
     fail(f"--{flag}={path!r}: {exc}; pass --overwrite to delete its results and start afresh, or choose another --{flag}")

@@ -88,14 +88,7 @@ def validate() -> dict:
     common.require(math.isfinite(FLAGS.clip_norm) and FLAGS.clip_norm > 0, "clip_norm", FLAGS.clip_norm, "a positive number")
     common.require(FLAGS.jobs >= 1, "jobs", FLAGS.jobs, "an integer >= 1")
     common.require(FLAGS.report or not FLAGS.report_only, "report", False, "--report with --report_only")
-    try:
-        settings = privacy_front.parse_settings(experiment.ExperimentConfig, FLAGS.set)
-    except ValueError as exc:
-        common.fail(f"--set={','.join(FLAGS.set)!r}: {exc}")
-    for name in settings:
-        common.require(name not in OWN_FLAG, "set", ",".join(FLAGS.set), f"no {name}: --{OWN_FLAG.get(name)} sets it")
-    # A folder given relative to here means the same in the children and on resume.
-    return {k: os.path.abspath(v) if k.endswith("_root") and isinstance(v, str) and v else v for k, v in settings.items()}
+    return common.config_settings(FLAGS.set, OWN_FLAG)
 
 
 def _positive(text: str) -> bool:

@@ -5,9 +5,13 @@ r"""Table I and Fig. 2 of paper 000: every method over several seeds.
 Runs (or resumes; finished runs are kept) programs.privacy_radiomap's experiment for each method
 and seed in OUTPUT_DIR/<method>_s<seed>/, with the attack every --attack_every rounds, then writes
 OUTPUT_DIR/table1.{csv,md} and OUTPUT_DIR/fig2.png. Every flag of the single-run program that is
-not listed here keeps its default (see `tff_radiomap.experiments.privacy_radiomap`).
+not listed here keeps its default (see `tff_radiomap.experiments.privacy_radiomap`), unless
+--set=F=V,... gives it (any field F of its ExperimentConfig except those with a flag here and
+defense, seed; e.g. --set=adaptive_partition=leakage,allocator_lambda_p=100 for Adaptive on the
+leakage partition, as in bench/table1_0.01).
 """
 
+import dataclasses
 import functools
 import json
 import math
@@ -38,6 +42,7 @@ flags.DEFINE_float("noise_multiplier", 3.0, "Noise multiplier nu of every noise 
 flags.DEFINE_bool("fresh_noise", False, common.FRESH_NOISE_HELP)
 flags.DEFINE_enum("server_optimizer", "sgd", ["adam", "sgd"], "Server optimizer (the same for all methods).")
 flags.DEFINE_float("server_learning_rate", 1.0, "Server learning rate (the same for all methods).")
+flags.DEFINE_list("set", [], "FIELD=VALUE,... of privacy_radiomap.ExperimentConfig for every run (see the module docstring).")
 flags.DEFINE_bool("overwrite", False, "Delete the results already in the run folders and the table, and run everything afresh.")
 flags.DEFINE_integer(
     "jobs",
@@ -48,8 +53,14 @@ flags.DEFINE_integer(
 )
 
 
-def validate() -> None:
-    """Every flag against what it may be: exit 2 naming the first bad one."""
+# ExperimentConfig fields that --set may not hold: the flag that sets each.
+OWN_FLAG = {"data_root": "data_root", "rounds": "rounds", "attack_every": "attack_every", "clip_norm": "clip_norm",
+            "noise_multiplier": "noise_multiplier", "fresh_noise": "fresh_noise", "server_optimizer": "server_optimizer",
+            "server_learning_rate": "server_learning_rate", "defense": "methods", "seed": "seeds"}
+
+
+def validate() -> dict:
+    """Every flag against what it may be (exit 2 naming the first bad one); returns --set's fields."""
     common.require(FLAGS.methods, "methods", ",".join(FLAGS.methods), f"names from {sorted(experiment.DEFENSES)}")
     for m in FLAGS.methods:
         common.require(m in experiment.DEFENSES, "methods", m, f"names from {sorted(experiment.DEFENSES)}")
@@ -60,30 +71,28 @@ def validate() -> None:
     common.require(math.isfinite(FLAGS.noise_multiplier) and FLAGS.noise_multiplier >= 0, "noise_multiplier", FLAGS.noise_multiplier, "a non-negative number")
     common.require(math.isfinite(FLAGS.server_learning_rate) and FLAGS.server_learning_rate > 0, "server_learning_rate", FLAGS.server_learning_rate, "a positive number")
     common.require(FLAGS.jobs >= 1, "jobs", FLAGS.jobs, "an integer >= 1")
+    return common.config_settings(FLAGS.set, OWN_FLAG)
 
 
 def main(argv):
     common.reject_extra_args(argv)
-    validate()
+    settings = validate()
     from tff_radiomap.data import default_set
 
     root = common.data_root(FLAGS.data_root, default=default_set.ensure_default_dataset)
     common.require_writable_dir(FLAGS.output_dir, "output_dir")
     console.log_to(FLAGS.output_dir)  # INFO logging (the runs' release managers); warnings stay on stderr.
+    fields = dict(
+        data_root=root, rounds=FLAGS.rounds, stage1_rounds=FLAGS.rounds // 2, attack_every=FLAGS.attack_every, clip_norm=FLAGS.clip_norm,
+        noise_multiplier=FLAGS.noise_multiplier, fresh_noise=FLAGS.fresh_noise, server_optimizer=FLAGS.server_optimizer,
+        server_learning_rate=FLAGS.server_learning_rate,
+    )
     try:
-        base = experiment.ExperimentConfig(
-            data_root=root,
-            rounds=FLAGS.rounds,
-            stage1_rounds=FLAGS.rounds // 2,
-            attack_every=FLAGS.attack_every,
-            clip_norm=FLAGS.clip_norm,
-            noise_multiplier=FLAGS.noise_multiplier,
-            fresh_noise=FLAGS.fresh_noise,
-            server_optimizer=FLAGS.server_optimizer,
-            server_learning_rate=FLAGS.server_learning_rate,
-        )
+        base = experiment.ExperimentConfig(**{**fields, **settings})
+        for method in FLAGS.methods:  # Each run's config is checked before any starts.
+            dataclasses.replace(base, defense=method)
     except ValueError as exc:
-        common.fail(str(exc))
+        common.fail(f"--set={','.join(FLAGS.set)!r}: {exc}" if FLAGS.set else str(exc))
 
     seeds = [int(s) for s in FLAGS.seeds]
 

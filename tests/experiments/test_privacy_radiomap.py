@@ -272,6 +272,23 @@ def test_a_field_the_defense_does_not_read_does_not_tell_runs_apart(config, tmp_
         experiment._check_config(dataclasses.replace(config, defense="adaptive", allocator_lambda_p=100.0), str(tmp_path / "adaptive"))
 
 
+def test_runs_without_noise_are_the_same_run_at_every_noise_multiplier(config, tmp_path):
+    """No Defense, FedSGD and Clip Only read no noise setting: Table I at nu = 0.01 reads back the
+    runs saved at nu = 3 (or the front's No Defense runs, saved at nu = 0); a noise defense's nu
+    still tells its runs apart."""
+    for defense in ("none", "fedsgd", "clip", "uniform"):
+        folder = tmp_path / defense
+        os.makedirs(folder)
+        with open(folder / "config.json", "w") as f:
+            json.dump(dataclasses.asdict(dataclasses.replace(config, defense=defense, noise_multiplier=3.0, fresh_noise=True)), f)
+        now = dataclasses.replace(config, defense=defense, noise_multiplier=0.01)
+        if defense == "uniform":
+            with pytest.raises(experiment.ConfigMismatchError, match="fresh_noise: saved True, now False, noise_multiplier: saved 3.0, now 0.01"):
+                experiment._check_config(now, str(folder))
+        else:
+            assert experiment._check_config(now, str(folder))
+
+
 def test_runs_saved_before_stage2_output_existed_count_as_relu(config, tmp_path):
     assert config.stage2_output == "linear" and config.model_config().stage2_output == "linear"
     saved = dataclasses.asdict(config)

@@ -306,7 +306,12 @@ class DataTooSmallError(ValueError):
 LEGACY_VALUES = {"stage2_output": "relu"}
 # Fields that only some defenses read: a run of another defense is the same run whatever they hold
 # (a Uniform run saved under subspace_share 0.5 is the Uniform run of today's default).
+_NOISE = ("uniform", "directed", "adaptive", "subspace")
 DEFENSE_FIELDS = {
+    # No Defense, FedSGD and Clip Only add no noise: Table I at another nu reads their runs back.
+    "noise_multiplier": _NOISE,
+    "fresh_noise": _NOISE,
+    "sigma_min": ("adaptive",),
     "subspace_share": ("subspace",),
     "adaptive_partition": ("adaptive",),
     "allocator_lambda_p": ("adaptive",),
