@@ -22,7 +22,7 @@ import collections
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_radiomap.aggregators import _stage, wire
+from tff_radiomap.aggregators import encoding, wire
 
 SCALE_SCOPES = ("tensor", "upload")
 
@@ -53,12 +53,12 @@ def dequantize(q: list, scales: list) -> list:
 
 def quantize_dequantize(value, bits: int, scale_scope: str = "tensor"):
     """What the server decodes from a client's quantized upload; same structure as `value`."""
-    leaves = _stage.flatten(value)
+    leaves = encoding.flatten(value)
     q, scales = quantize(leaves, bits, scale_scope)
-    return _stage.pack_like(value, dequantize(q, scales))
+    return encoding.pack_like(value, dequantize(q, scales))
 
 
-class SymmetricQuantizationFactory(_stage.EncodingStage):
+class SymmetricQuantizationFactory(encoding.EncodingStage):
     """Quantizes each client's upload to `bits`-bit symmetric integers before the inner aggregation.
 
     Args:
@@ -75,7 +75,7 @@ class SymmetricQuantizationFactory(_stage.EncodingStage):
         if scale_scope not in SCALE_SCOPES:
             raise ValueError(f"scale_scope={scale_scope!r}: expected one of {SCALE_SCOPES}")
         self._bits, self._scale_scope = bits, scale_scope
-        self.inner_factory = _stage.check_inner(inner_factory)
+        self.inner_factory = encoding.check_inner(inner_factory)
 
     @property
     def bits(self) -> int:

@@ -25,7 +25,7 @@ import math
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_radiomap.aggregators import _stage, wire
+from tff_radiomap.aggregators import encoding, wire
 
 
 def num_kept(num_entries: int, k: int | None = None, k_fraction: float | None = None) -> int:
@@ -60,15 +60,15 @@ def top_k_flat(flat: tf.Tensor, k: int) -> tf.Tensor:
 
 def top_k_sparsify(value, k: int):
     """T_K over a whole structure of tensors (flattened and concatenated); same structure back."""
-    leaves = _stage.flatten(value)
+    leaves = encoding.flatten(value)
     flat = tf.concat([tf.reshape(t, [-1]) for t in leaves], axis=0)
     sparse = top_k_flat(flat, k)
     sizes = [int(t.shape.num_elements()) for t in leaves]
     parts = tf.split(sparse, sizes) if len(sizes) > 1 else [sparse]
-    return _stage.pack_like(value, [tf.reshape(p, t.shape) for p, t in zip(parts, leaves)])
+    return encoding.pack_like(value, [tf.reshape(p, t.shape) for p, t in zip(parts, leaves)])
 
 
-class TopKFactory(_stage.EncodingStage):
+class TopKFactory(encoding.EncodingStage):
     """Keeps the K largest-magnitude entries of each client's upload before the inner aggregation.
 
     Args:
@@ -87,7 +87,7 @@ class TopKFactory(_stage.EncodingStage):
         if k_fraction is not None and not 0.0 < k_fraction <= 1.0:
             raise ValueError(f"k_fraction={k_fraction!r}: expected a fraction in (0, 1]")
         self._k, self._k_fraction = k, k_fraction
-        self.inner_factory = _stage.check_inner(inner_factory)
+        self.inner_factory = encoding.check_inner(inner_factory)
 
     def kept(self, value_type) -> int:
         return num_kept(wire.value_count(value_type), self._k, self._k_fraction)
