@@ -23,6 +23,7 @@ import tensorflow_federated as tff
 from absl import app, flags
 
 from tff_radiomap import runtime
+from tff_radiomap.models import phases
 from tff_radiomap.aggregators import (
     AdaptiveGroupNoiseFactory,
     ClipOnlyFactory,
@@ -32,8 +33,8 @@ from tff_radiomap.aggregators import (
     UniformNoiseFactory,
     central_gaussian_factory,
 )
-from tff_radiomap.learning import keras_wrap
-from tff_radiomap.learning.keras_wrap import Phase
+
+from tff_radiomap.models.phases import Phase
 from tff_radiomap.models import radiounet
 from tff_radiomap.privacy import groups as groups_lib
 
@@ -64,8 +65,8 @@ def main(argv):
     del argv
     runtime.install_local_context()
     config = radiounet.RadioUNetConfig(FLAGS.resolution, FLAGS.width)
-    with keras_wrap.keras_graph():
-        shapes = [v.shape.as_list() for v in keras_wrap.build_phase_model(config, Phase.STAGE1).trainable_variables]
+    with phases.keras_graph():
+        shapes = [v.shape.as_list() for v in phases.build_phase_model(config, Phase.STAGE1).trainable_variables]
     value_type = tff.types.tensorflow_to_type([tf.TensorSpec(s, tf.float32) for s in shapes])
     rng = np.random.default_rng(0)
     updates = [[(1e-3 * rng.standard_normal(s)).astype(np.float32) for s in shapes] for _ in range(FLAGS.clients)]
@@ -79,7 +80,7 @@ def main(argv):
         else:
             process = factory.create(value_type)
             calls[name] = (process, lambda p, s: p.next(s, updates))
-    keras_wrap.restore_eager_keras()
+    phases.restore_eager_keras()
     states = {name: process.initialize() for name, (process, _) in calls.items()}
     seconds = collections.defaultdict(list)
     for repeat in range(FLAGS.repeats + 1):

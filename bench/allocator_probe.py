@@ -44,9 +44,9 @@ def main():
     from tff_radiomap.aggregators.adaptive_noise import AdaptiveSubspaceNoiseFactory
     from tff_radiomap.data import default_set, radiomapseer, twin
     from tff_radiomap.experiments import privacy_defenses
-    from tff_radiomap.learning import keras_wrap, local_training, radiounet_process
-    from tff_radiomap.learning.keras_wrap import Phase
-    from tff_radiomap.models import radiounet
+    from tff_radiomap.learning import local_training, radiounet_process
+    from tff_radiomap.models import phases, radiounet
+    from tff_radiomap.models.phases import Phase
     from tff_radiomap.privacy import allocator, attack, leakage_basis
     from tff_radiomap.privacy import groups as groups_lib
 
@@ -55,8 +55,8 @@ def main():
     data = radiomapseer.RadioMapSeer(radiomapseer.LoaderConfig(root=root, resolution=64))
     twin_data = radiomapseer.RadioMapSeer(radiomapseer.LoaderConfig(root=twin.ensure_twin(root, 32, seed=0, workers=2), resolution=64))
     mcfg = radiounet.RadioUNetConfig(resolution=64, width=0.25)
-    model = keras_wrap.build_phase_model(mcfg, Phase.STAGE1)
-    local_training.set_phase_weights(model, keras_wrap.initial_weights(mcfg, 0), Phase.STAGE1)
+    model = phases.build_phase_model(mcfg, Phase.STAGE1)
+    phases.set_phase_weights(model, phases.initial_weights(mcfg, 0), Phase.STAGE1)
     optimizer = radiounet_process.build_optimizer("adam", 1e-3)
     pool = privacy_defenses.attacker_pool(data, np.arange(len(data.map_ids)))
     if args.pretrain_steps:
@@ -80,7 +80,7 @@ def main():
     if os.path.exists(cached):
         basis = np.load(cached)
     else:
-        basis, _ = leakage_basis.leakage_basis(leakage_basis.UploadCollector(model, optimizer).collect(tw["x"][keep], tw["y"][keep]), tw["map_id"][keep], 8)
+        basis, _ = leakage_basis.leakage_basis(leakage_basis.UploadCollector(model, optimizer, local_training.local_updates).collect(tw["x"][keep], tw["y"][keep]), tw["map_id"][keep], 8)
         np.save(cached, basis)
     shapes = tuple(tuple(int(s) for s in v.shape) for v in model.trainable_variables)
     groups = groups_lib.SubspaceGroups(shapes, leakage_basis.block_sizes(basis.shape[1], args.blocks), basis=basis)
@@ -89,7 +89,7 @@ def main():
 
     def real_attack(defense):
         t = time.monotonic()
-        r = attack.run_attack(attack.TraceCollector(model, optimizer, 3, defense), pool, attack_config)
+        r = attack.run_attack(attack.TraceCollector(model, optimizer, 3, defense, local_updates=local_training.local_updates), pool, attack_config)
         return r, time.monotonic() - t
 
     def fmt(r):
@@ -99,7 +99,7 @@ def main():
         print(f"\n=== nu = {nu} (B = {groups.num_coordinates * nu**2:.4g}) ===")
         adaptive = AdaptiveSubspaceNoiseFactory(1.0, nu, groups, total_rounds=50, seed=0)
         config = allocator.AllocatorConfig(steps=args.steps, eta_learning_rate=args.eta_learning_rate, lambda_p=args.lambda_p, seed=0)
-        trainer = allocator.AllocatorTrainer(adaptive, config)
+        trainer = allocator.AllocatorTrainer(adaptive, config, local_updates=local_training.local_updates)
         problem, _, _ = trainer.prepare(model, optimizer, pool, 0)
         n, g = len(problem.targets), groups.num_groups
         l_uniform, choice = allocator.proxy_step(problem, np.full((n, g), nu))

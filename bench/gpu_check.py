@@ -25,8 +25,9 @@ from absl import app, flags  # noqa: E402
 
 from bench.common import random_clients  # noqa: E402
 from tff_radiomap import runtime  # noqa: E402
-from tff_radiomap.learning import in_process_clients, keras_wrap, radiounet_process  # noqa: E402
-from tff_radiomap.learning.keras_wrap import Phase  # noqa: E402
+from tff_radiomap.models import phases  # noqa: E402
+from tff_radiomap.learning import in_process_clients, radiounet_process  # noqa: E402
+from tff_radiomap.models.phases import Phase  # noqa: E402
 from tff_radiomap.models import radiounet  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -49,7 +50,7 @@ def main(argv):
     resolution, width, clients, samples = (32, 0.25, 2, 8) if FLAGS.cpu_smoke else (256, 1.0, FLAGS.clients, FLAGS.samples)
     runtime.install_local_context()
     config = radiounet.RadioUNetConfig(resolution, width)
-    initial = keras_wrap.initial_weights(config, 0)
+    initial = phases.initial_weights(config, 0)
     adam, sgd = radiounet_process.build_optimizer("adam", 1e-3), radiounet_process.build_optimizer("sgd", 1.0)
     data = random_clients(config, clients, samples)
     process = in_process_clients.InProcessClientsProcess(config, Phase.STAGE1, initial, adam, sgd, batch_size=BATCH)

@@ -20,7 +20,8 @@ from absl import app, flags
 
 from bench.common import random_clients
 from tff_radiomap import runtime
-from tff_radiomap.learning import keras_wrap, radiounet_process
+from tff_radiomap.models import phases
+from tff_radiomap.learning import radiounet_process
 from tff_radiomap.models import radiounet
 
 FLAGS = flags.FLAGS
@@ -39,7 +40,7 @@ def main(argv):
     try:
         split_context = runtime.workers.mergeable_context([w.address for w in extra])
         config = radiounet.RadioUNetConfig(64, 0.25)
-        initial = keras_wrap.initial_weights(config, 0)
+        initial = phases.initial_weights(config, 0)
         process = radiounet_process.build_two_stage_process(
             config, initial, 10**6, radiounet_process.build_optimizer("adam", 1e-3),
             radiounet_process.build_optimizer("sgd", 1.0), batch_size=BATCH, data_by_reference=True,

@@ -32,8 +32,9 @@ from absl import app, flags
 
 from bench.common import random_clients
 from tff_radiomap import runtime
+from tff_radiomap.models import phases
 from tff_radiomap.learning import keras_wrap, local_training, radiounet_process
-from tff_radiomap.learning.keras_wrap import Phase
+from tff_radiomap.models.phases import Phase
 from tff_radiomap.models import radiounet
 
 FLAGS = flags.FLAGS
@@ -52,10 +53,10 @@ LEARNING_RATE = 1e-3
 class PlainRound:
     """One FedAvg round of `phase` in one `tf.function`: the plain-TensorFlow reference."""
 
-    def __init__(self, config, phase: Phase, initial: keras_wrap.NetworkWeights, num_clients: int, batch_size: int):
+    def __init__(self, config, phase: Phase, initial: phases.NetworkWeights, num_clients: int, batch_size: int):
         start = keras_wrap.to_model_weights(initial, phase)
         self.global_weights = [tf.Variable(w) for w in start.trainable]
-        self.models = [keras_wrap.build_phase_model(config, phase) for _ in range(num_clients)]
+        self.models = [phases.build_phase_model(config, phase) for _ in range(num_clients)]
         for model in self.models:
             for v, w in zip(model.non_trainable_variables, start.non_trainable):
                 v.assign(w)
@@ -93,7 +94,7 @@ def main(argv):
     runtime.install_local_context()
     config = radiounet.RadioUNetConfig(FLAGS.resolution, FLAGS.width)
     phase = Phase.STAGE1 if FLAGS.phase == "stage1" else Phase.STAGE2
-    initial = keras_wrap.initial_weights(config, 0)
+    initial = phases.initial_weights(config, 0)
     data = random_clients(config, FLAGS.clients, FLAGS.samples)
     clients = list(range(FLAGS.clients))
     adam = radiounet_process.build_optimizer("adam", LEARNING_RATE)

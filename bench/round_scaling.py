@@ -19,7 +19,8 @@ from absl import app, flags
 
 from bench.common import random_clients
 from tff_radiomap import runtime
-from tff_radiomap.learning import keras_wrap, radiounet_process
+from tff_radiomap.models import phases
+from tff_radiomap.learning import radiounet_process
 from tff_radiomap.models import radiounet
 
 FLAGS = flags.FLAGS
@@ -33,7 +34,7 @@ BATCH = 64
 
 def round_seconds(resolution: int, width: float, clients: int, samples: int, rounds: int) -> list[float]:
     config = radiounet.RadioUNetConfig(resolution, width)
-    initial = keras_wrap.initial_weights(config, 0)
+    initial = phases.initial_weights(config, 0)
     process = radiounet_process.build_two_stage_process(
         config, initial, 10**6, radiounet_process.build_optimizer("adam", 1e-3), radiounet_process.build_optimizer("sgd", 1.0),
         batch_size=BATCH, data_by_reference=True,

@@ -99,12 +99,14 @@ def check_state_flags() -> None:
     for name in ("seed", "resolution", "width"):
         common.require(not FLAGS[name].present, name, FLAGS[name].value, f"no --{name} with --run_dir (the run's config.json sets it)")
     common.require(FLAGS.round is not None and FLAGS.round >= 1, "round", FLAGS.round, "an integer >= 1 with --run_dir")
+    from tff_radiomap.experiments import saved_runs
+
     try:
-        leakage.run_config(FLAGS.run_dir)
-        leakage.check_round(FLAGS.run_dir, FLAGS.round)
+        saved_runs.run_config(FLAGS.run_dir)
+        saved_runs.check_round(FLAGS.run_dir, FLAGS.round)
     except FileNotFoundError as exc:
         common.fail(f"--run_dir={FLAGS.run_dir!r}: {exc}")
-    except leakage.RoundNotSavedError as exc:
+    except saved_runs.RoundNotSavedError as exc:
         common.fail(f"--round={FLAGS.round}: {exc}")
     except (TypeError, ValueError) as exc:  # A config.json of another program or version.
         common.fail(f"--run_dir={FLAGS.run_dir!r}: config.json is not a privacy_radiomap configuration ({exc})")
@@ -182,18 +184,20 @@ def main(argv):
     common.require_writable_dir(FLAGS.output_dir, "output_dir")
     twin_root = common.data_root(FLAGS.twin_root, flag="twin_root") if FLAGS.twin_root and os.path.isdir(FLAGS.twin_root) else FLAGS.twin_root
 
-    from tff_radiomap.learning.keras_wrap import Phase
+    from tff_radiomap.experiments import saved_runs
+    from tff_radiomap.learning import local_training, radiounet_process
+    from tff_radiomap.models.phases import Phase
 
     runtime = None
     if FLAGS.run_dir is not None:
-        run = leakage.run_config(FLAGS.run_dir)
+        run = saved_runs.run_config(FLAGS.run_dir)
         data_root = common.data_root(FLAGS.data_root) or run.data_root
         resolution = run.resolution
         if FLAGS.round > 1:  # Reading a saved state builds the run's TFF processes.
             from tff_radiomap import runtime as runtimes
 
             runtime = runtimes.install_local_context()
-        state = leakage.broadcast_state(FLAGS.run_dir, FLAGS.round)
+        state = saved_runs.broadcast_state(FLAGS.run_dir, FLAGS.round)
     else:
         from tff_radiomap.data import default_set
 
@@ -202,7 +206,8 @@ def main(argv):
         state = leakage.initial_state(FLAGS.seed, FLAGS.resolution, FLAGS.width)
     try:
         data, twin_data, twin_root = _data(data_root, twin_root, resolution)
-        result = leakage.audit(state, Phase(FLAGS.phase), data, twin_data, config)
+        optimizer = radiounet_process.build_optimizer(state.client_optimizer, state.client_learning_rate)
+        result = leakage.audit(state, Phase(FLAGS.phase), data, twin_data, config, optimizer=optimizer, local_updates=local_training.local_updates)
     except leakage.DataTooSmallError as exc:
         common.fail(f"--train_traces={FLAGS.train_traces} --test_traces={FLAGS.test_traces}: {exc}")
     finally:

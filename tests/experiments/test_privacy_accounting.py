@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
+from tff_radiomap.models import phases
 from tff_radiomap.experiments import privacy_accounting as pa
 from tff_radiomap.experiments import privacy_radiomap as experiment
-from tff_radiomap.learning import federated_data, keras_wrap
-from tff_radiomap.learning.keras_wrap import Phase
+from tff_radiomap.learning import federated_data
+from tff_radiomap.models.phases import Phase
 from tff_radiomap.privacy import accounting
 
 
@@ -76,7 +77,7 @@ def test_the_accountant_is_restored_from_its_file_or_replayed(config, tmp_path):
 def _upload_twice(cfg):
     """The phase-1 upload of one fixed update through the run's factory, twice from one state."""
     factory = experiment.phase_factories(cfg)[Phase.STAGE1]
-    model = keras_wrap.build_phase_model(cfg.model_config(), Phase.STAGE1)
+    model = phases.build_phase_model(cfg.model_config(), Phase.STAGE1)
     value = [np.full(v.shape, 1e-3, np.float32) for v in model.trainable_variables]
     process = factory.create(tff.to_type([tff.TensorType(np.float32, v.shape) for v in value]))
     state = process.initialize()

@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tff_radiomap.models import phases
 from tff_radiomap.aggregators import AdaptiveGroupNoiseFactory, DirectedNoiseFactory
 from tff_radiomap.experiments import privacy_defenses as pd
-from tff_radiomap.learning import keras_wrap, radiounet_process as rp
-from tff_radiomap.learning.keras_wrap import Phase
+from tff_radiomap.learning import radiounet_process as rp
+from tff_radiomap.models.phases import Phase
 from tff_radiomap.models import radiounet
 
 
@@ -77,7 +78,7 @@ def test_adaptive_defense_runs_in_the_two_stage_process_with_hooks(tff_runtime, 
     wiring is tested, not what the allocator learns) on the phases' adaptive factories."""
     cfg = _Config()
     pool = _pool()
-    initial = keras_wrap.initial_weights(cfg.model_config(), seed=0)
+    initial = phases.initial_weights(cfg.model_config(), seed=0)
     factories = {p: pd.make_factory("adaptive", cfg, p) for p in (Phase.STAGE1, Phase.STAGE2)}
     trainer = rp.build_two_stage_process(
         cfg.model_config(), initial, cfg.stage1_rounds, rp.build_optimizer("sgd", 0.05), rp.build_optimizer("sgd", 1.0), factories

@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
-from tff_radiomap.learning import federated_data, in_process_clients, keras_wrap, radiounet_process as rp
-from tff_radiomap.learning.keras_wrap import Phase
+from tff_radiomap.models import phases
+from tff_radiomap.learning import federated_data, in_process_clients, radiounet_process as rp
+from tff_radiomap.models.phases import Phase
 from tff_radiomap.models import radiounet
 
 CONFIG = radiounet.RadioUNetConfig(resolution=32, width=0.25)
@@ -17,7 +18,7 @@ def test_in_process_clients_give_the_tff_process_weights(tff_runtime):
         x = np.stack([rng.random((n, 32, 32)) < 0.3, rng.random((n, 32, 32)) < 0.002], -1).astype(np.float32)
         clients.append((x, rng.random((n, 32, 32, 1)).astype(np.float32)))
     data = federated_data.FederatedRadioMaps(clients, clients[0], clients[0], seed=2)
-    initial = keras_wrap.initial_weights(CONFIG, seed=4)
+    initial = phases.initial_weights(CONFIG, seed=4)
     adam, sgd = rp.build_optimizer("adam", 1e-3), rp.build_optimizer("sgd", 1.0)
     hybrid = in_process_clients.InProcessClientsProcess(CONFIG, Phase.STAGE1, initial, adam, sgd, batch_size=4)
     assert not hybrid.uses_gpu()  # This machine has none.
@@ -36,7 +37,7 @@ def test_in_process_clients_give_the_tff_process_weights(tff_runtime):
 
 
 def test_bad_batch_size_is_refused():
-    initial = keras_wrap.initial_weights(CONFIG, seed=4)
+    initial = phases.initial_weights(CONFIG, seed=4)
     sgd = rp.build_optimizer("sgd", 0.1)
     with pytest.raises(ValueError, match="batch_size=0"):
         in_process_clients.InProcessClientsProcess(CONFIG, Phase.STAGE1, initial, sgd, sgd, batch_size=0)

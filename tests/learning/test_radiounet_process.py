@@ -5,8 +5,9 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_radiomap.models import phases
 from tff_radiomap.learning import keras_wrap, local_training, radiounet_process as rp
-from tff_radiomap.learning.keras_wrap import Phase
+from tff_radiomap.models.phases import Phase
 from tff_radiomap.models import radiounet
 
 CONFIG = radiounet.RadioUNetConfig(resolution=32, width=0.25)
@@ -26,7 +27,7 @@ def _dataset(x, y, batch_size=4):
 
 @pytest.fixture(scope="module")
 def initial():
-    return keras_wrap.initial_weights(CONFIG, seed=0)
+    return phases.initial_weights(CONFIG, seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -44,14 +45,14 @@ def _changed(a, b):
 
 def _full_gradient(initial, phase, x, y):
     """Gradient of the mean loss over (x, y) for `phase`'s trainable weights, eagerly."""
-    model = keras_wrap.build_phase_model(CONFIG, phase)
+    model = phases.build_phase_model(CONFIG, phase)
     weights = keras_wrap.to_model_weights(initial, phase)
     for v, w in zip(model.trainable_variables, weights.trainable):
         v.assign(w)
     for v, w in zip(model.non_trainable_variables, weights.non_trainable):
         v.assign(w)
     with tf.GradientTape() as tape:
-        loss = keras_wrap.mse_loss(y, model(x))
+        loss = phases.mse_loss(y, model(x))
     return [g.numpy() for g in tape.gradient(loss, model.trainable_variables)]
 
 
@@ -86,7 +87,7 @@ def test_a_round_equals_the_local_training_the_attack_uses(two_stage, initial, c
     """One client, server SGD(1): the new global weights are the eager local training's result."""
     x, y = clients[0]
     state, _ = two_stage.next(two_stage.initialize(), 1, [_dataset(x, y, batch_size=4)])
-    model = keras_wrap.build_phase_model(CONFIG, Phase.STAGE1)
+    model = phases.build_phase_model(CONFIG, Phase.STAGE1)
     for v, w in zip(model.trainable_variables, initial.stage1):
         v.assign(w)
     opt = _sgd()
@@ -124,7 +125,7 @@ def test_bad_aggregators_are_refused(initial):
 
 
 def test_local_updates_are_the_uploads_of_each_step(initial):
-    model = keras_wrap.build_phase_model(CONFIG, Phase.STAGE1)
+    model = phases.build_phase_model(CONFIG, Phase.STAGE1)
     for v, w in zip(model.trainable_variables, initial.stage1):
         v.assign(w)
     x, y = _arrays(1, 4)
@@ -157,9 +158,9 @@ def test_client_simulator_sees_what_a_tff_client_uploads(tff_runtime, initial):
 
 
 def test_uploaded_layer_names_follow_the_upload_order():
-    names1 = keras_wrap.uploaded_layer_names(CONFIG, Phase.STAGE1)
-    names2 = keras_wrap.uploaded_layer_names(CONFIG, Phase.STAGE2)
-    joint = keras_wrap.uploaded_layer_names(CONFIG, Phase.JOINT)
+    names1 = phases.uploaded_layer_names(CONFIG, Phase.STAGE1)
+    names2 = phases.uploaded_layer_names(CONFIG, Phase.STAGE2)
+    joint = phases.uploaded_layer_names(CONFIG, Phase.JOINT)
     assert names1[0] == "s1_input_conv/kernel:0" and names2[0] == "s2_input_conv/kernel:0"
     assert joint == names1 + names2
     for stage, names in ((1, names1), (2, names2)):

@@ -5,7 +5,8 @@ import os
 import numpy as np
 import pytest
 
-from tff_radiomap.learning import federated_data, keras_wrap, radiounet_process as rp
+from tff_radiomap.models import phases
+from tff_radiomap.learning import federated_data, radiounet_process as rp
 from tff_radiomap.models import radiounet
 
 CONFIG = radiounet.RadioUNetConfig(resolution=32, width=0.25)
@@ -31,7 +32,7 @@ def _run(process, data, rounds):
 
 @pytest.mark.parametrize("protocol", ["two_stage", "fedsgd"])
 def test_tensor_path_gives_the_dataset_path_weights(tff_runtime, protocol):
-    initial = keras_wrap.initial_weights(CONFIG, seed=3)
+    initial = phases.initial_weights(CONFIG, seed=3)
     adam, sgd = rp.build_optimizer("adam", 1e-3), rp.build_optimizer("sgd", 1.0)
     data = _data()
     results = {}
@@ -61,7 +62,7 @@ def _assert_same(w_fast, m_fast, w_ref, m_ref, initial):
 
 
 def test_bad_batch_size_is_refused():
-    initial = keras_wrap.initial_weights(CONFIG, seed=3)
+    initial = phases.initial_weights(CONFIG, seed=3)
     sgd = rp.build_optimizer("sgd", 0.1)
     with pytest.raises(ValueError, match="batch_size=0"):
         rp.build_two_stage_process(CONFIG, initial, 1, sgd, sgd, batch_size=0)

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from tff_radiomap.learning.keras_wrap import NetworkWeights, Phase
+from tff_radiomap.models.phases import NetworkWeights, Phase
 from tff_radiomap.metrics import reconstruction
 from tff_radiomap.models import radiounet
 

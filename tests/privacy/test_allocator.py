@@ -8,7 +8,9 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_radiomap.models import phases
 from tff_radiomap.aggregators.adaptive_noise import AdaptiveGroupNoiseFactory, AdaptiveSubspaceNoiseFactory
+from tff_radiomap.learning import local_training
 from tff_radiomap.privacy import allocator, allocator_net, attack
 from tff_radiomap.privacy import budget as budget_lib
 from tff_radiomap.privacy.groups import ParameterGroups, SubspaceGroups
@@ -289,12 +291,12 @@ def test_projected_summary_statistics_match_a_numpy_reference():
 # The trainer on a tiny RadioUNet.
 @pytest.fixture(scope="module")
 def tiny():
-    from tff_radiomap.learning import keras_wrap
+
     from tff_radiomap.models import radiounet
 
     cfg = radiounet.RadioUNetConfig(resolution=16, width=0.125, min_bottleneck=4)
     tf.keras.utils.set_random_seed(0)  # The same weights whatever ran before (the harm probes' sign depends on them).
-    model = keras_wrap.build_phase_model(cfg, keras_wrap.Phase.STAGE1)
+    model = phases.build_phase_model(cfg, phases.Phase.STAGE1)
     rng = np.random.default_rng(0)
     n = 40
     x = np.zeros((n, 16, 16, 2), np.float32)
@@ -307,10 +309,10 @@ def tiny():
 
 
 def _paper_factory(cfg):
-    from tff_radiomap.learning import keras_wrap
+
     from tff_radiomap.privacy import groups as G
 
-    return AdaptiveGroupNoiseFactory(1.0, 3.0, groups=G.radiounet_groups(cfg, keras_wrap.Phase.STAGE1), total_rounds=10)
+    return AdaptiveGroupNoiseFactory(1.0, 3.0, groups=G.radiounet_groups(cfg, phases.Phase.STAGE1), total_rounds=10)
 
 
 def _tiny_subspace_factory(model, k=12, blocks=(8, 4)):
@@ -333,7 +335,7 @@ def _next_extras(extras, eta):
 def test_an_allocator_round_updates_eta_and_keeps_the_budget(tiny, kind):
     cfg, model, samples = tiny
     factory = _paper_factory(cfg) if kind == "paper" else _tiny_subspace_factory(model)
-    trainer = allocator.AllocatorTrainer(factory, CONFIG)
+    trainer = allocator.AllocatorTrainer(factory, CONFIG, local_updates=local_training.local_updates)
     extras = factory.initial_extras()
     eta, m = trainer.round(model, tff.learning.optimizers.build_sgdm(0.05), samples, extras)
     assert any(not np.allclose(eta[k], extras["eta"][k]) for k in eta)
@@ -348,7 +350,7 @@ def test_an_allocator_round_updates_eta_and_keeps_the_budget(tiny, kind):
 
 def test_the_harm_probes_leave_the_model_as_it_was(tiny):
     cfg, model, samples = tiny
-    trainer = allocator.AllocatorTrainer(_tiny_subspace_factory(model), CONFIG)
+    trainer = allocator.AllocatorTrainer(_tiny_subspace_factory(model), CONFIG, local_updates=local_training.local_updates)
     before = [v.numpy() for v in model.trainable_variables]
     c = trainer.harm_per_energy(model, tf.constant(samples["x"][:8]), tf.constant(samples["y"][:8]), np.full(3, 0.5), [0, 1])
     for v, b in zip(model.trainable_variables, before):
@@ -358,13 +360,13 @@ def test_the_harm_probes_leave_the_model_as_it_was(tiny):
 
 
 def test_an_allocator_round_on_a_broken_model_keeps_eta_and_says_so(tiny):
-    from tff_radiomap.learning import keras_wrap
+
 
     cfg, _, samples = tiny
-    model = keras_wrap.build_phase_model(cfg, keras_wrap.Phase.STAGE1)
+    model = phases.build_phase_model(cfg, phases.Phase.STAGE1)
     model.trainable_variables[0].assign(tf.fill(model.trainable_variables[0].shape, float("nan")))
     factory = _paper_factory(cfg)
-    trainer = allocator.AllocatorTrainer(factory, CONFIG)
+    trainer = allocator.AllocatorTrainer(factory, CONFIG, local_updates=local_training.local_updates)
     extras = factory.initial_extras()
     eta, m = trainer.round(model, tff.learning.optimizers.build_sgdm(0.05), samples, extras)
     assert m == {"skipped": 1.0}
@@ -377,11 +379,11 @@ def test_allocator_state_restores_a_trainer_that_continues_identically(tiny):
     factory = _tiny_subspace_factory(model)
     opt = tff.learning.optimizers.build_sgdm(0.05)
     extras = factory.initial_extras()
-    straight = allocator.AllocatorTrainer(factory, CONFIG)
+    straight = allocator.AllocatorTrainer(factory, CONFIG, local_updates=local_training.local_updates)
     eta1, _ = straight.round(model, opt, samples, extras)
     saved = {k: v.copy() for k, v in straight.state().items()}
     eta2, m2 = straight.round(model, opt, samples, _next_extras(extras, eta1))
-    restored = allocator.AllocatorTrainer(factory, CONFIG)
+    restored = allocator.AllocatorTrainer(factory, CONFIG, local_updates=local_training.local_updates)
     restored.restore(saved)
     eta2b, m2b = restored.round(model, opt, samples, _next_extras(extras, eta1))
     for k in eta2:
@@ -393,7 +395,7 @@ def test_the_attack_observes_the_adaptive_subspace_defense_batched(tiny):
     """The scoring attack privatizes with the allocation of the observed eta, whitening row by row."""
     cfg, model, samples = tiny
     factory = _tiny_subspace_factory(model)
-    collector = attack.TraceCollector(model, tff.learning.optimizers.build_sgdm(0.05), steps=2, defense=factory)
+    collector = attack.TraceCollector(model, tff.learning.optimizers.build_sgdm(0.05), steps=2, defense=factory, local_updates=local_training.local_updates)
     assert collector.batched and collector.variants == ("plain", "whitened", "projected")
     x, y = samples["x"][:4], samples["y"][:4]
     a = collector.collect_views(x, y, seed=(1, 0))

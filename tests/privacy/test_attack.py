@@ -3,8 +3,9 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_radiomap.models import phases
 from tff_radiomap.aggregators import UniformNoiseFactory
-from tff_radiomap.learning import keras_wrap, local_training
+from tff_radiomap.learning import local_training
 from tff_radiomap.models import radiounet
 from tff_radiomap.privacy import attack
 from tff_radiomap.privacy import groups as G
@@ -51,7 +52,7 @@ def test_split_is_disjoint_and_checked():
 @pytest.fixture(scope="module")
 def tiny():
     cfg = radiounet.RadioUNetConfig(resolution=16, width=0.125, min_bottleneck=4)
-    model = keras_wrap.build_phase_model(cfg, keras_wrap.Phase.STAGE1)
+    model = phases.build_phase_model(cfg, phases.Phase.STAGE1)
     rng = np.random.default_rng(0)
     n = 40
     x = np.zeros((n, 16, 16, 2), np.float32)
@@ -65,13 +66,13 @@ def tiny():
 
 def test_run_attack_end_to_end(tiny):
     cfg, model, samples = tiny
-    groups = G.radiounet_groups(cfg, keras_wrap.Phase.STAGE1)
+    groups = G.radiounet_groups(cfg, phases.Phase.STAGE1)
     opt = tff.learning.optimizers.build_sgdm(0.05)
     defense = UniformNoiseFactory(1.0, 3.0, groups=groups)
-    collector = attack.TraceCollector(model, opt, steps=2, defense=defense, extras=defense.initial_extras())
+    collector = attack.TraceCollector(model, opt, steps=2, defense=defense, extras=defense.initial_extras(), local_updates=local_training.local_updates)
     result = attack.run_attack(collector, samples, attack.AttackConfig(steps=2, train_traces=30, test_traces=10))
     assert np.isfinite(result.rmse_m) and result.constant_rmse_m > 0 and result.test_traces == 10
-    clean = attack.TraceCollector(model, opt, steps=2).collect(samples["x"][:2], samples["y"][:2])
+    clean = attack.TraceCollector(model, opt, steps=2, local_updates=local_training.local_updates).collect(samples["x"][:2], samples["y"][:2])
     noisy = collector.collect(samples["x"][:2], samples["y"][:2])
     assert clean.shape == noisy.shape and not np.allclose(clean, noisy)
 
@@ -91,8 +92,8 @@ def test_the_observers_extra_samples_never_include_a_held_out_one():
 
 def test_seeded_traces_repeat_and_differ_from_another_seed(tiny):
     cfg, model, samples = tiny
-    defense = UniformNoiseFactory(1.0, 3.0, groups=G.radiounet_groups(cfg, keras_wrap.Phase.STAGE1))
-    collector = attack.TraceCollector(model, tff.learning.optimizers.build_sgdm(0.05), steps=2, defense=defense)
+    defense = UniformNoiseFactory(1.0, 3.0, groups=G.radiounet_groups(cfg, phases.Phase.STAGE1))
+    collector = attack.TraceCollector(model, tff.learning.optimizers.build_sgdm(0.05), steps=2, defense=defense, local_updates=local_training.local_updates)
     x, y = samples["x"][:3], samples["y"][:3]
     a, b = collector.collect(x, y, seed=(4, 1)), collector.collect(x, y, seed=(4, 1))
     np.testing.assert_array_equal(a, b)
@@ -147,10 +148,10 @@ def test_aware_attacker_sees_through_noise_hidden_in_a_subspace(tiny):
     q, _ = np.linalg.qr(np.random.default_rng(0).normal(size=(d, 8)))
     sub = G.SubspaceGroups(shapes, (8,), basis=q.astype(np.float32))
     defense = SubspaceNoiseFactory(1e6, 3e-5, sub, share=1.0, seed=0)  # C so large that clipping is the identity; sigma 30.
-    collector = attack.TraceCollector(model, tff.learning.optimizers.build_sgdm(0.05), steps=1, defense=defense)
+    collector = attack.TraceCollector(model, tff.learning.optimizers.build_sgdm(0.05), steps=1, defense=defense, local_updates=local_training.local_updates)
     assert collector.variants == ("plain", "whitened", "projected")
     views = collector.collect_views(samples["x"][:4], samples["y"][:4], seed=(1, 0))
-    clean = attack.TraceCollector(model, tff.learning.optimizers.build_sgdm(0.05), steps=1).collect(samples["x"][:4], samples["y"][:4])
+    clean = attack.TraceCollector(model, tff.learning.optimizers.build_sgdm(0.05), steps=1, local_updates=local_training.local_updates).collect(samples["x"][:4], samples["y"][:4])
     n_signed = d  # The fingerprint starts with the signed first upload.
     v = q.astype(np.float64)
     expected = clean[:, :n_signed] - (clean[:, :n_signed] @ v) @ v.T
@@ -172,7 +173,7 @@ def test_batched_subspace_traces_equal_the_per_sample_ones(tiny):
     q, _ = np.linalg.qr(np.random.default_rng(1).normal(size=(d, 6)))
     defense = SubspaceNoiseFactory(1.0, 0.02, G.SubspaceGroups(shapes, (4, 2), basis=q.astype(np.float32)), share=0.7, seed=0)
     opt = tff.learning.optimizers.build_sgdm(0.05)
-    collector = attack.TraceCollector(model, opt, steps=2, defense=defense)
+    collector = attack.TraceCollector(model, opt, steps=2, defense=defense, local_updates=local_training.local_updates)
     assert collector.batched
     x, y = samples["x"][:3], samples["y"][:3]
     views = collector.collect_views(x, y, chunk=2, seed=(5, 1))
@@ -190,8 +191,8 @@ def test_batched_subspace_traces_equal_the_per_sample_ones(tiny):
 def test_one_traced_graph_serves_every_chunk_length(tiny):
     # Train, held-out and extra pools and a short last chunk differ in length: one graph for all.
     cfg, model, samples = tiny
-    defense = UniformNoiseFactory(1.0, 3.0, groups=G.radiounet_groups(cfg, keras_wrap.Phase.STAGE1))
-    collector = attack.TraceCollector(model, tff.learning.optimizers.build_sgdm(0.05), steps=1, defense=defense)
+    defense = UniformNoiseFactory(1.0, 3.0, groups=G.radiounet_groups(cfg, phases.Phase.STAGE1))
+    collector = attack.TraceCollector(model, tff.learning.optimizers.build_sgdm(0.05), steps=1, defense=defense, local_updates=local_training.local_updates)
     x, y = samples["x"], samples["y"]
     whole = collector.collect(x[:5], y[:5], seed=(2, 0))
     np.testing.assert_array_equal(collector.collect(x[:5], y[:5], chunk=3, seed=(2, 0)), whole)

@@ -48,7 +48,7 @@ def test_shape_mismatch_is_named():
 
 
 def test_radiounet_groups_per_phase():
-    from tff_radiomap.learning.keras_wrap import Phase, uploaded_layer_names
+    from tff_radiomap.models.phases import Phase, uploaded_layer_names
     from tff_radiomap.models.radiounet import RadioUNetConfig
 
     cfg = RadioUNetConfig(resolution=32, width=0.25)

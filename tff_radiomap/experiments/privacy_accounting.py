@@ -120,10 +120,10 @@ def max_epsilon_of_run(run_dir: str, summary: Mapping) -> float | None:
         return summary["privacy"]["max_epsilon"]
     if not os.path.exists(os.path.join(run_dir, "config.json")):
         return float("nan")
-    from tff_radiomap.privacy import leakage
+    from tff_radiomap.experiments import saved_runs  # It imports privacy_radiomap, which imports this module.
 
     try:
-        return replay(leakage.run_config(run_dir)).summary()["max_epsilon"]
+        return replay(saved_runs.run_config(run_dir)).summary()["max_epsilon"]
     except (OSError, ValueError) as exc:  # A config of another version, a data root gone (subspace).
         logging.warning("%s: max epsilon not replayed: %s", run_dir, exc)
         return float("nan")

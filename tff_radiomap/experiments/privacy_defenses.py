@@ -16,11 +16,12 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from tff_radiomap.models import phases
 from tff_radiomap.aggregators import AdaptiveGroupNoiseFactory, AdaptiveSubspaceNoiseFactory, ClipOnlyFactory, DirectedNoiseFactory, SubspaceNoiseFactory, UniformNoiseFactory, subspace_noise
 from tff_radiomap.aggregators.client_perturbation import with_extras
 from tff_radiomap.data import radiomapseer, twin
-from tff_radiomap.learning import keras_wrap, local_training, radiounet_process
-from tff_radiomap.learning.keras_wrap import Phase
+from tff_radiomap.learning import local_training, radiounet_process
+from tff_radiomap.models.phases import Phase
 from tff_radiomap.privacy import allocator, attack, groups, leakage_basis
 
 NOISE_DEFENSES = ("uniform", "directed", "adaptive", "subspace")
@@ -76,7 +77,7 @@ def basis_path(basis_dir: str, phase: Phase) -> str:
 def subspace_groups(config, phase: Phase) -> groups.SubspaceGroups:
     """The leakage partition of `phase`'s upload: K = maps * k_per_map directions in
     `basis_blocks` blocks, and the residual; the basis itself comes at run time."""
-    shapes = keras_wrap.uploaded_shapes(config.model_config(), phase)
+    shapes = phases.uploaded_shapes(config.model_config(), phase)
     rank = _num_maps(config.data_root) * config.basis_k_per_map
     return groups.SubspaceGroups(shapes, leakage_basis.block_sizes(rank, config.basis_blocks))
 
@@ -155,10 +156,10 @@ class BasisRefresher:
     def compute(self, phase: Phase, weights) -> np.ndarray:
         """V [d, K] for the phase's model holding `weights`."""
         if phase not in self._models:
-            self._models[phase] = keras_wrap.build_phase_model(self.config.model_config(), phase)
+            self._models[phase] = phases.build_phase_model(self.config.model_config(), phase)
             optimizer = radiounet_process.build_optimizer(self.config.client_optimizer, self.config.client_learning_rate)
-            self._collectors[phase] = leakage_basis.UploadCollector(self._models[phase], optimizer)
-        local_training.set_phase_weights(self._models[phase], weights, phase)
+            self._collectors[phase] = leakage_basis.UploadCollector(self._models[phase], optimizer, local_training.local_updates)
+        phases.set_phase_weights(self._models[phase], weights, phase)
         uploads = self._collectors[phase].collect(self.x, self.y)
         if not np.all(np.isfinite(uploads)):
             raise FloatingPointError("the twin's uploads are not finite: the global model diverged")
@@ -196,19 +197,19 @@ class PrivacyHooks:
     factories: dict  # Phase -> factory or None.
     allocator_trainer: dict = dataclasses.field(default_factory=dict)
     extra_pool: dict | None = None  # x, y, coords_m the observer simulated itself: training traces only.
-    _models: dict = dataclasses.field(default_factory=dict)  # Phase -> keras_wrap.build_phase_model(...)
+    _models: dict = dataclasses.field(default_factory=dict)  # Phase -> phases.build_phase_model(...)
     _collectors: dict = dataclasses.field(default_factory=dict)  # Phase -> attack.TraceCollector
 
     def attack_due(self, round_num: int) -> bool:
         every = self.config.attack_every
         return every > 0 and (round_num == 1 or round_num % every == 0 or round_num == self.config.rounds)
 
-    def _model(self, phase: Phase, weights: keras_wrap.NetworkWeights) -> tf.keras.Model:
+    def _model(self, phase: Phase, weights: phases.NetworkWeights) -> tf.keras.Model:
         """The phase's uploaded model holding `weights`: built once a phase, so that the traced
         trace and allocator functions are reused round after round."""
         if phase not in self._models:
-            self._models[phase] = keras_wrap.build_phase_model(self.config.model_config(), phase)
-        local_training.set_phase_weights(self._models[phase], weights, phase)
+            self._models[phase] = phases.build_phase_model(self.config.model_config(), phase)
+        phases.set_phase_weights(self._models[phase], weights, phase)
         return self._models[phase]
 
     def _client_optimizer(self):
@@ -225,7 +226,7 @@ class PrivacyHooks:
             in_phase = int(state["phase"]) == int(phase)
             extras = aggregator_extras(state, factory) if in_phase else factory.initial_extras()
         if phase not in self._collectors:
-            self._collectors[phase] = attack.TraceCollector(model, self._client_optimizer(), cfg.attack_steps, factory)
+            self._collectors[phase] = attack.TraceCollector(model, self._client_optimizer(), cfg.attack_steps, factory, local_updates=local_training.local_updates)
         collector = self._collectors[phase]
         collector.extras = extras
         if extras is not None and hasattr(factory, "observe"):  # The batched trace path reads them there.
@@ -260,6 +261,7 @@ class PrivacyHooks:
             self.allocator_trainer[phase] = allocator.AllocatorTrainer(
                 factory,
                 allocator.AllocatorConfig(lambda_p=cfg.allocator_lambda_p, lambda_h=cfg.allocator_lambda_h, seed=cfg.seed, map_size_m=cfg.map_size_m),
+                local_updates=local_training.local_updates,
             )
         return self.allocator_trainer[phase]
 

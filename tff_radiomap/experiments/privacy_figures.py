@@ -23,6 +23,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from tff_radiomap.models import phases  # noqa: E402
 from tff_radiomap.data import encoding, radiomapseer  # noqa: E402
 
 CURVES, PREDICTIONS = "curves.png", "predictions.png"
@@ -120,9 +121,9 @@ def paths(output_dir: str) -> list[str]:
 
 def write_run_pictures(output_dir: str, model_config, phase, val: tuple, weights, seed: int = 0, samples: int = 3) -> list[str]:
     """curves.png (from OUTPUT_DIR/metrics.csv) and predictions.png: `samples` validation samples
-    of `val` = (x, y) through the network holding `weights` (`keras_wrap.NetworkWeights`), its
+    of `val` = (x, y) through the network holding `weights` (`phases.NetworkWeights`), its
     output of `phase` (the coarse map in stage 1, else the refined one). Returns both paths."""
-    from tff_radiomap.learning.keras_wrap import Phase
+    from tff_radiomap.models.phases import Phase
     from tff_radiomap.models import radiounet
 
     curves_path, predictions_path = paths(output_dir)

@@ -40,10 +40,11 @@ import numpy as np
 import tensorflow_federated as tff
 from absl import logging
 
+from tff_radiomap.models import phases
 from tff_radiomap.data import radiomapseer
 from tff_radiomap.experiments import privacy_accounting, privacy_defenses, privacy_figures
-from tff_radiomap.learning import centralised, federated_data, keras_wrap, radiounet_process
-from tff_radiomap.learning.keras_wrap import Phase
+from tff_radiomap.learning import centralised, federated_data, radiounet_process
+from tff_radiomap.models.phases import Phase
 from tff_radiomap.metrics import reconstruction
 from tff_radiomap.models import radiounet
 from tff_radiomap.runtime import run_folder
@@ -236,7 +237,7 @@ def build_trainer(config: ExperimentConfig, data: federated_data.FederatedRadioM
     `config.client_placement == 'in_process'` they train in this process instead.
     """
     model_config = config.model_config()
-    initial = keras_wrap.initial_weights(model_config, config.seed)
+    initial = phases.initial_weights(model_config, config.seed)
     client_opt = radiounet_process.build_optimizer(config.client_optimizer, config.client_learning_rate)
     if config.centralised:
         return centralised.CentralisedReference(

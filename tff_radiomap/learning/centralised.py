@@ -19,8 +19,9 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_radiomap.models import phases
 from tff_radiomap.learning import federated_data, keras_wrap, local_training, state_packing
-from tff_radiomap.learning.keras_wrap import NetworkWeights, Phase
+from tff_radiomap.models.phases import NetworkWeights, Phase
 from tff_radiomap.models import radiounet
 
 
@@ -47,7 +48,7 @@ class CentralisedReference:
 
     def _model(self, phase: Phase):
         if phase not in self._models:
-            model = keras_wrap.build_phase_model(self._config, phase)
+            model = phases.build_phase_model(self._config, phase)
             optimizer = self.optimizer
 
             @tf.function

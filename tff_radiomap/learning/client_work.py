@@ -18,13 +18,14 @@ import collections
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_radiomap.models import phases
 from tff_radiomap.learning import federated_data, keras_wrap, local_training
 from tff_radiomap.models import radiounet
 
 
-def _weights_type(config: radiounet.RadioUNetConfig, phase: keras_wrap.Phase):
-    with keras_wrap.keras_graph():
-        model = keras_wrap.build_phase_model(config, phase)
+def _weights_type(config: radiounet.RadioUNetConfig, phase: phases.Phase):
+    with phases.keras_graph():
+        model = phases.build_phase_model(config, phase)
         weights = tff.learning.models.ModelWeights.from_model(model)
         specs = tf.nest.map_structure(lambda v: tf.TensorSpec(v.shape, v.dtype), weights)
     return tff.types.tensorflow_to_type(specs)
@@ -32,7 +33,7 @@ def _weights_type(config: radiounet.RadioUNetConfig, phase: keras_wrap.Phase):
 
 def build_client_work(
     config: radiounet.RadioUNetConfig,
-    phase: keras_wrap.Phase,
+    phase: phases.Phase,
     optimizer: tff.learning.optimizers.Optimizer,
     local_steps: local_training.LocalSteps,
     batch_size: int | None = None,
@@ -124,7 +125,7 @@ def _client_update(config, phase, optimizer, train, parameter_types):
 
     @tff.tensorflow.computation(*parameter_types)
     def client_update(hparams, initial_weights, dataset):
-        model = keras_wrap.build_phase_model(config, phase)
+        model = phases.build_phase_model(config, phase)
         weights = tff.learning.models.ModelWeights.from_model(model)
 
         @tf.function

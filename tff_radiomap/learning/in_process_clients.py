@@ -34,8 +34,9 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_radiomap.models import phases
 from tff_radiomap.learning import keras_wrap, local_training, radiounet_process
-from tff_radiomap.learning.keras_wrap import NetworkWeights, Phase
+from tff_radiomap.models.phases import NetworkWeights, Phase
 from tff_radiomap.models import radiounet
 
 
@@ -55,14 +56,14 @@ class InProcessClientsProcess:
             raise ValueError(f"batch_size={batch_size!r}: expected an integer >= 1")
         self.phase = phase
         self._start = keras_wrap.to_model_weights(initial, phase)
-        self._model = keras_wrap.build_phase_model(config, phase)  # Eager: placed on the GPU if any.
+        self._model = phases.build_phase_model(config, phase)  # Eager: placed on the GPU if any.
         self._client_update = tf.function(self._make_client_update(client_optimizer, local_steps, batch_size))
         specs = tf.nest.map_structure(lambda w: tf.TensorSpec(w.shape, tf.float32), self._start)
         weights_type = tff.types.tensorflow_to_type(specs)
         weighted, self.client_weighting = radiounet_process.as_weighted(model_aggregator)
         self._aggregator = weighted.create(weights_type.trainable, tff.TensorType(np.float32))
         self._finalizer = tff.learning.templates.build_apply_optimizer_finalizer(server_optimizer, weights_type)
-        keras_wrap.restore_eager_keras()  # Tracing TFF computations built Keras classes in a graph.
+        phases.restore_eager_keras()  # Tracing TFF computations built Keras classes in a graph.
 
     def _make_client_update(self, optimizer, local_steps, batch_size):
         model, train = self._model, local_training.TENSOR_TRAINERS[local_steps]

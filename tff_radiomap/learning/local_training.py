@@ -17,9 +17,8 @@ import enum
 
 import tensorflow as tf
 
-from tff_radiomap.learning import keras_wrap
-from tff_radiomap.learning.keras_wrap import mse_loss
-from tff_radiomap.models import radiounet
+from tff_radiomap.models import phases, radiounet
+from tff_radiomap.models.phases import mse_loss
 
 
 class LocalSteps(enum.Enum):
@@ -168,13 +167,6 @@ def local_updates(model: tf.keras.Model, optimizer, x, y, steps: int):
     return uploads
 
 
-def set_phase_weights(model: tf.keras.Model, weights: keras_wrap.NetworkWeights, phase: keras_wrap.Phase) -> None:
-    """Assigns `weights` to `model`, a `keras_wrap.build_phase_model(config, phase)`."""
-    model_weights = keras_wrap.to_model_weights(weights, phase)
-    _assign(model.trainable_variables, model_weights.trainable)
-    _assign(model.non_trainable_variables, model_weights.non_trainable)
-
-
 class ClientSimulator:
     """One client's local steps from given global weights, outside TFF (the attack's observer).
 
@@ -185,18 +177,18 @@ class ClientSimulator:
     `uploads(x, y, steps)` runs `steps` optimizer steps on the batch (x [N,r,r,2], y [N,r,r,1];
     N = 1 for one sample) from the global weights, with a fresh optimizer state as a client
     starts each round, and returns the `steps` uploads theta_r - theta_loc as lists of numpy
-    arrays in the order of `keras_wrap.uploaded_layer_names(config, phase)`. The global weights
+    arrays in the order of `phases.uploaded_layer_names(config, phase)`. The global weights
     are restored afterwards. Traced once per `steps` value.
     """
 
-    def __init__(self, config: radiounet.RadioUNetConfig, phase: keras_wrap.Phase, optimizer):
+    def __init__(self, config: radiounet.RadioUNetConfig, phase: phases.Phase, optimizer):
         self.phase = phase
-        self._model = keras_wrap.build_phase_model(config, phase)
+        self._model = phases.build_phase_model(config, phase)
         self._optimizer = optimizer
         self._traced = {}
 
-    def set_global_weights(self, weights: keras_wrap.NetworkWeights) -> None:
-        set_phase_weights(self._model, weights, self.phase)
+    def set_global_weights(self, weights: phases.NetworkWeights) -> None:
+        phases.set_phase_weights(self._model, weights, self.phase)
 
     def uploads(self, x, y, steps: int) -> list:
         if steps < 1:

@@ -1,6 +1,6 @@
 """Federated training of the two-stage RadioUNet as TFF learning processes (Section II, Eq. (5)).
 
-One `tff.learning.templates.LearningProcess` trains one phase (`keras_wrap.Phase`); it is composed
+One `tff.learning.templates.LearningProcess` trains one phase (`phases.Phase`); it is composed
 from `tff.learning` pieces: broadcast distributor, the RadioUNet client work (`client_work.py`),
 the model-update aggregator (any `tff.aggregators` factory), and a server-optimizer finalizer.
 Round r of a phase:
@@ -30,8 +30,9 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_radiomap.models import phases
 from tff_radiomap.learning import client_work, keras_wrap, local_training, state_packing
-from tff_radiomap.learning.keras_wrap import NetworkWeights, Phase
+from tff_radiomap.models.phases import NetworkWeights, Phase
 from tff_radiomap.models import radiounet
 
 AggregationFactory = tff.aggregators.WeightedAggregationFactory | tff.aggregators.UnweightedAggregationFactory
@@ -87,7 +88,7 @@ def build_phase_process(
         aggregator,
         tff.learning.templates.build_apply_optimizer_finalizer(server_optimizer, weights_type),
     )
-    keras_wrap.restore_eager_keras()  # Tracing the client work built Keras models in a graph.
+    phases.restore_eager_keras()  # Tracing the client work built Keras models in a graph.
     return process
 
 
@@ -281,6 +282,6 @@ def build_optimizer(name: str, learning_rate: float) -> tff.learning.optimizers.
 def uploaded_update_type(process: tff.learning.templates.LearningProcess) -> tff.types.Type:
     """The TFF type of the update a client uploads in `process` (its trainable weights' type).
 
-    Entry i of the update belongs to variable `keras_wrap.uploaded_layer_names(config, phase)[i]`.
+    Entry i of the update belongs to variable `phases.uploaded_layer_names(config, phase)[i]`.
     """
     return process.get_model_weights.type_signature.result.trainable

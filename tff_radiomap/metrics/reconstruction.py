@@ -8,7 +8,7 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from tff_radiomap.learning.keras_wrap import NetworkWeights, Phase
+from tff_radiomap.models.phases import NetworkWeights, Phase
 from tff_radiomap.models import radiounet
 
 

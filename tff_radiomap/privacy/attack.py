@@ -35,7 +35,6 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
-from tff_radiomap.learning import local_training
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,13 +119,16 @@ class TraceCollector:
     privatized uploads.
 
     `model` is the Keras model whose trainable weights a client uploads in the current phase
-    (`keras_wrap.build_phase_model`), already holding the current global weights; `optimizer` the
-    client optimizer (`tff.learning.optimizers`); `defense` a `ClientPerturbationFactory` or None
-    (No Defense); `extras` its current state extras (allocator parameters, round).
+    (`phases.build_phase_model`), already holding the current global weights; `optimizer` the
+    client optimizer (`tff.learning.optimizers`); `local_updates(model, optimizer, x, y, steps)`
+    the clients' local steps (`learning.local_training.local_updates`: the code the clients run);
+    `defense` a `ClientPerturbationFactory` or None (No Defense); `extras` its current state
+    extras (allocator parameters, round).
     """
 
-    def __init__(self, model, optimizer, steps: int, defense=None, extras=None):
+    def __init__(self, model, optimizer, steps: int, defense=None, extras=None, *, local_updates):
         self.model, self.optimizer, self.steps = model, optimizer, steps
+        self.local_updates = local_updates
         self.defense, self.extras = defense, extras
         self.transposed = transposed_flags(model)
         # The defense-aware observer's views of the same privatized uploads (none for No Defense).
@@ -138,7 +140,7 @@ class TraceCollector:
         self._traced = {}  # (extras given, seeded) -> tf.function with a batch-free signature.
 
     def _trace_impl(self, x, y, extras, seed):
-        uploads = local_training.local_updates(self.model, self.optimizer, x, y, self.steps)
+        uploads = self.local_updates(self.model, self.optimizer, x, y, self.steps)
         if self.defense is None:
             return fingerprint(uploads, self.transposed)[None]
         privatized, sigma = [], None
@@ -163,7 +165,7 @@ class TraceCollector:
         n = tf.shape(x)[0]
         out = tf.TensorArray(tf.float32, size=n)
         for i in tf.range(n):
-            uploads = local_training.local_updates(self.model, self.optimizer, x[i : i + 1], y[i : i + 1], self.steps)
+            uploads = self.local_updates(self.model, self.optimizer, x[i : i + 1], y[i : i + 1], self.steps)
             out = out.write(i, tf.stack([tf.concat([tf.reshape(u, [-1]) for u in upload], 0) for upload in uploads]))
         flat = out.stack()  # [n, S, d]
         d = flat.shape[-1]

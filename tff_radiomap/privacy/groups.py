@@ -18,6 +18,8 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
+from tff_radiomap.models import phases
+
 RESIDUAL = "residual"
 
 
@@ -152,7 +154,7 @@ def groups_for_variables(
 
 
 def radiounet_groups(config, phase) -> ParameterGroups:
-    """Groups over the update a RadioUNet client uploads in `phase` (a `keras_wrap.Phase`).
+    """Groups over the update a RadioUNet client uploads in `phase` (a `phases.Phase`).
 
     One transmitter-sensitive group per stage ('stage1_transmitter', 'stage2_transmitter'), found
     by following the transmitter channel of each stage's raw input `x` (channel 1) through its
@@ -165,12 +167,12 @@ def radiounet_groups(config, phase) -> ParameterGroups:
 
 @functools.lru_cache(maxsize=None)
 def _radiounet_groups(config, phase: int) -> ParameterGroups:
-    from tff_radiomap.learning import keras_wrap
 
-    phase = keras_wrap.Phase(phase)
+
+    phase = phases.Phase(phase)
 
     # Built eagerly: a model made inside a tf.Graph would invalidate the caller's eager models.
-    model = keras_wrap.build_phase_model(config, phase)
+    model = phases.build_phase_model(config, phase)
     slices = {}
     for stage in _nested_models(model, ("stage1", "stage2")):
         slices.update(transmitter_channel_slices(stage))

@@ -30,17 +30,14 @@ attacker aware of a defense's basis is scored elsewhere (`probes/subspace_aware_
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import json
 import os
 
 import numpy as np
 import tensorflow as tf
 
-from tff_radiomap.learning import keras_wrap, local_training, radiounet_process
-from tff_radiomap.learning.keras_wrap import Phase
-from tff_radiomap.models import radiounet
+from tff_radiomap.models import phases, radiounet
+from tff_radiomap.models.phases import Phase
 from tff_radiomap.privacy import attack, leakage_basis
 from tff_radiomap.privacy import groups as groups_lib
 
@@ -195,7 +192,7 @@ class ModelState:
     """A global model and what its clients train with; `source` says where it came from."""
 
     model_config: radiounet.RadioUNetConfig
-    weights: keras_wrap.NetworkWeights = dataclasses.field(compare=False, repr=False)
+    weights: phases.NetworkWeights = dataclasses.field(compare=False, repr=False)
     source: str
     client_optimizer: str = "adam"
     client_learning_rate: float = 1e-3
@@ -208,72 +205,9 @@ def initial_state(seed: int, resolution: int = 64, width: float = 0.25, stage2_o
     """The initial weights of `seed`: the model broadcast in round 1 of a run with that seed
     (`stage2_output` as `privacy_radiomap.ExperimentConfig`'s default)."""
     config = radiounet.RadioUNetConfig(resolution=resolution, width=width, stage2_output=stage2_output)
-    return ModelState(config, keras_wrap.initial_weights(config, seed), f"initial weights of seed {seed} (round 1)", split_seed=seed)
+    return ModelState(config, phases.initial_weights(config, seed), f"initial weights of seed {seed} (round 1)", split_seed=seed)
 
 
-class RoundNotSavedError(ValueError):
-    """The run folder does not hold the program state a round's broadcast model needs."""
-
-
-def run_config(run_dir: str):
-    """The `privacy_radiomap.ExperimentConfig` saved in `run_dir`/config.json."""
-    from tff_radiomap.experiments import privacy_radiomap as experiment
-
-    path = os.path.join(run_dir, "config.json")
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path} does not exist: {run_dir} is not a privacy_radiomap run folder")
-    with open(path) as f:
-        saved = json.load(f)
-    names = {f.name for f in dataclasses.fields(experiment.ExperimentConfig)}
-    # A field the run predates takes the value such runs had (`LEGACY_VALUES`), not today's default.
-    saved = {**experiment.LEGACY_VALUES, **saved}
-    return experiment.ExperimentConfig(**{k: v for k, v in saved.items() if k in names})
-
-
-def saved_versions(run_dir: str) -> list[int]:
-    """Rounds after which `run_dir` holds a program state (the last few, see `privacy_radiomap`)."""
-    import tensorflow_federated as tff
-
-    states = tff.program.FileProgramStateManager(os.path.join(run_dir, "program_state"))
-    return list(asyncio.new_event_loop().run_until_complete(states.get_versions()) or [])
-
-
-def check_round(run_dir: str, round_num: int) -> None:
-    """Raises `RoundNotSavedError` unless `round_num`'s broadcast model can be read from `run_dir`."""
-    if round_num == 1:
-        return
-    versions = saved_versions(run_dir)
-    if round_num - 1 not in versions:
-        held = f"the models broadcast in rounds {', '.join(str(v + 1) for v in versions)}" if versions else "no saved round"
-        raise RoundNotSavedError(f"round {round_num} needs the program state saved after round {round_num - 1}; {run_dir} holds {held} (and round 1)")
-
-
-def broadcast_state(run_dir: str, round_num: int) -> ModelState:
-    """The model a `privacy_radiomap` run broadcast in round `round_num` (the state saved after
-    round - 1; round 1: the run's initial weights). Needs a TFF execution context for round > 1."""
-    from tff_radiomap.experiments import privacy_radiomap as experiment
-
-    config = run_config(run_dir)
-    check_round(run_dir, round_num)
-    if round_num == 1:
-        weights = keras_wrap.initial_weights(config.model_config(), config.seed)
-    else:
-        import tensorflow_federated as tff
-
-        trainer = experiment.build_trainer(config, experiment.load_data(config))
-        states = tff.program.FileProgramStateManager(os.path.join(run_dir, "program_state"))
-        template = experiment._initial_program_state(trainer)
-        template["trainer_state"] = trainer.program_state_template(round_num - 1)
-        saved = asyncio.new_event_loop().run_until_complete(states.load(round_num - 1, template))
-        weights = trainer.network_weights(trainer.from_program_state(saved["trainer_state"], round_num - 1))
-    return ModelState(
-        config.model_config(), weights, f"{os.path.abspath(run_dir)} round {round_num}", config.client_optimizer,
-        config.client_learning_rate, config.seed, config.val_fraction, config.test_fraction,
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# The audit.
 @dataclasses.dataclass(frozen=True)
 class AuditConfig:
     partitions: tuple[str, ...] = PARTITIONS
@@ -340,14 +274,17 @@ def partition_views(name: str, state: ModelState, phase: Phase, model: tf.keras.
     return views_of(groups_lib.SubspaceGroups(shapes, sizes, basis=basis))
 
 
-def audit(state: ModelState, phase: Phase, data, twin, config: AuditConfig = AuditConfig(), log=print) -> AuditResult:
+def audit(state: ModelState, phase: Phase, data, twin, config: AuditConfig = AuditConfig(), log=print, *, optimizer, local_updates) -> AuditResult:
     """Runs (a)-(e) on `state` in `phase`. `data`, `twin`: `radiomapseer.RadioMapSeer` of the data
-    set (the attacker's pool and the validation maps) and of its twin (the basis)."""
+    set (the attacker's pool and the validation maps) and of its twin (the basis). `optimizer`:
+    the client optimizer of `state` (its `client_optimizer` at `client_learning_rate`);
+    `local_updates(model, optimizer, x, y, steps)`: the clients' local steps
+    (`learning.local_training.local_updates`)."""
     from tff_radiomap.data import radiomapseer
 
-    model = keras_wrap.build_phase_model(state.model_config, phase)
-    local_training.set_phase_weights(model, state.weights, phase)
-    collector = leakage_basis.UploadCollector(model, radiounet_process.build_optimizer(state.client_optimizer, state.client_learning_rate))
+    model = phases.build_phase_model(state.model_config, phase)
+    phases.set_phase_weights(model, state.weights, phase)
+    collector = leakage_basis.UploadCollector(model, optimizer, local_updates)
 
     pool = data.arrays(np.arange(len(data.map_ids)))
     try:

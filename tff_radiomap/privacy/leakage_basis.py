@@ -24,19 +24,19 @@ import numpy as np
 from absl import logging
 import tensorflow as tf
 
-from tff_radiomap.learning import local_training
 
 
 class UploadCollector:
     """First-step single-sample uploads [N, d] of `model` (the phase's uploaded Keras model, holding
-    the current global weights) with the client `optimizer`; one traced graph per chunk."""
+    the current global weights) with the client `optimizer` and the clients' `local_updates(model,
+    optimizer, x, y, steps)` (`learning.local_training.local_updates`); one traced graph per chunk."""
 
-    def __init__(self, model, optimizer):
-        self.model, self.optimizer = model, optimizer
+    def __init__(self, model, optimizer, local_updates):
+        self.model, self.optimizer, self.local_updates = model, optimizer, local_updates
         self._uploads = tf.function(self._uploads_impl)
 
     def _one(self, x, y):
-        update = local_training.local_updates(self.model, self.optimizer, x, y, 1)[0]
+        update = self.local_updates(self.model, self.optimizer, x, y, 1)[0]
         return tf.concat([tf.reshape(u, [-1]) for u in update], 0)
 
     def _uploads_impl(self, x, y):
