@@ -35,6 +35,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_radiomap.aggregators import weighting
 from tff_radiomap.privacy import budget as budget_lib
 from tff_radiomap.privacy.groups import ParameterGroups
 
@@ -182,21 +183,9 @@ class ClientPerturbationFactory(tff.aggregators.UnweightedAggregationFactory, tf
         groups.check_shapes(shapes)
         return tensor_types, groups
 
-    def _inner_for(self, weighted: bool):
-        inner = self.inner_factory
-        if inner is None:
-            return tff.aggregators.MeanFactory() if weighted else tff.aggregators.UnweightedMeanFactory()
-        wanted = tff.aggregators.WeightedAggregationFactory if weighted else tff.aggregators.UnweightedAggregationFactory
-        if not isinstance(inner, wanted):
-            kind = "weighted" if weighted else "unweighted"
-            raise TypeError(f"{type(self).__name__} was created as {kind}, but its inner factory {inner!r} is not a {wanted.__name__}")
-        return inner
-
     def create(self, value_type, weight_type=None) -> tff.templates.AggregationProcess:
-        weighted = weight_type is not None
         tensor_types, groups = self._groups_for(value_type)
-        inner = self._inner_for(weighted)
-        inner_process = inner.create(value_type, weight_type) if weighted else inner.create(value_type)
+        inner_process = weighting.inner_process(self, self.inner_factory, value_type, weight_type)
         budget = np.float32(self.budget(groups))
         sizes = groups.sizes.astype(np.float32)
         extras0 = self._initial_extras(groups)
@@ -251,7 +240,7 @@ class ClientPerturbationFactory(tff.aggregators.UnweightedAggregationFactory, tf
             client_extras = tff.federated_broadcast(state.extras)
             noised, client_measurements = tff.federated_map(client_perturb, (value, client_extras))
             # Inner aggregation of the privatized uploads.
-            inner_out = inner_process.next(state.inner, noised) if weight is None else inner_process.next(state.inner, noised, weight)
+            inner_out = weighting.inner_next(inner_process, state.inner, noised, weight)
             # Server work: advance the defense's state.
             new_state = collections.OrderedDict(extras=tff.federated_map(update_extras, state.extras), inner=inner_out.state)
             measurements = collections.OrderedDict(defense=tff.federated_mean(client_measurements), inner=inner_out.measurements)
@@ -259,21 +248,7 @@ class ClientPerturbationFactory(tff.aggregators.UnweightedAggregationFactory, tf
                 state=tff.federated_zip(new_state), result=inner_out.result, measurements=tff.federated_zip(measurements)
             )
 
-        state_type = init_fn.type_signature.result
-        value_at_clients = tff.FederatedType(value_type, tff.CLIENTS)
-        if weighted:
-
-            @tff.federated_computation(state_type, value_at_clients, tff.FederatedType(weight_type, tff.CLIENTS))
-            def next_fn(state, value, weight):
-                return next_impl(state, value, weight)
-
-        else:
-
-            @tff.federated_computation(state_type, value_at_clients)
-            def next_fn(state, value):
-                return next_impl(state, value)
-
-        return tff.templates.AggregationProcess(init_fn, next_fn)
+        return tff.templates.AggregationProcess(init_fn, weighting.next_computation(next_impl, init_fn.type_signature.result, value_type, weight_type))
 
 
 def _update_hash(flat) -> tf.Tensor:

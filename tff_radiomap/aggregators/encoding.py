@@ -16,6 +16,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_radiomap.aggregators import weighting
+
 _Weighted = tff.aggregators.WeightedAggregationFactory
 _Unweighted = tff.aggregators.UnweightedAggregationFactory
 
@@ -51,23 +53,11 @@ class EncodingStage(_Unweighted, _Weighted):
 
     inner_factory = None  # Set by subclasses; None: the mean matching the kind of `create`.
 
-    def _inner_for(self, weighted: bool):
-        inner = self.inner_factory
-        if inner is None:
-            return tff.aggregators.MeanFactory() if weighted else tff.aggregators.UnweightedMeanFactory()
-        wanted = _Weighted if weighted else _Unweighted
-        if not isinstance(inner, wanted):
-            kind = "weighted" if weighted else "unweighted"
-            raise TypeError(f"{type(self).__name__} was created as {kind}, but its inner factory {inner!r} is not a {wanted.__name__}")
-        return inner
-
     def create(self, value_type, weight_type=None) -> tff.templates.AggregationProcess:
         value_type = tff.types.to_type(value_type)
         if not tff.types.is_structure_of_floats(value_type):
             raise TypeError(f"value_type={value_type}: expected a structure of floating tensors")
-        weighted = weight_type is not None
-        inner = self._inner_for(weighted)
-        inner = inner.create(value_type, weight_type) if weighted else inner.create(value_type)
+        inner = weighting.inner_process(self, self.inner_factory, value_type, weight_type)
         client_fn = self._client_fn(value_type)
         counts = self.byte_counts(value_type)
         if "bytes_per_client" not in counts:
@@ -85,10 +75,7 @@ class EncodingStage(_Unweighted, _Weighted):
             # Client: encode the value and decode it as the server will (the transmitted content).
             decoded = tff.federated_map(client_fn, value)
             # Inner aggregation of the decoded values.
-            if weight is None:
-                inner_output = inner.next(state, decoded)
-            else:
-                inner_output = inner.next(state, decoded, weight)
+            inner_output = weighting.inner_next(inner, state, decoded, weight)
             # Server: what each client and all clients together transmitted this round.
             clients = tff.federated_sum(tff.federated_value(1, tff.CLIENTS))
             measurements = collections.OrderedDict(
@@ -100,17 +87,5 @@ class EncodingStage(_Unweighted, _Weighted):
                 state=inner_output.state, result=inner_output.result, measurements=tff.federated_zip(measurements)
             )
 
-        value_at_clients = tff.FederatedType(value_type, tff.CLIENTS)
-        if weighted:
-
-            @tff.federated_computation(inner.initialize.type_signature.result, value_at_clients, tff.FederatedType(weight_type, tff.CLIENTS))
-            def next_fn(state, value, weight):
-                return next_impl(state, value, weight)
-
-        else:
-
-            @tff.federated_computation(inner.initialize.type_signature.result, value_at_clients)
-            def next_fn(state, value):
-                return next_impl(state, value)
-
+        next_fn = weighting.next_computation(next_impl, inner.initialize.type_signature.result, value_type, weight_type)
         return tff.templates.AggregationProcess(inner.initialize, next_fn)
