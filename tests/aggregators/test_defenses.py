@@ -9,7 +9,7 @@ import tensorflow_federated as tff
 from scipy import stats
 
 from tff_radiomap.aggregators import AdaptiveGroupNoiseFactory, ClipOnlyFactory, DirectedNoiseFactory, UniformNoiseFactory
-from tff_radiomap.aggregators.client_perturbation import with_extras
+from tff_radiomap.aggregators import client_perturbation
 from tff_radiomap.privacy import allocator_net, budget as budget_lib
 from tff_radiomap.privacy.groups import ParameterGroups
 
@@ -162,10 +162,26 @@ def test_adaptive_floor_and_state_plumbing(tff_runtime):
     # Replacing eta between rounds changes the allocation.
     eta = {k: np.array(v) for k, v in out.state["extras"]["eta"].items()}
     eta["b2"] = np.array([5.0, -5.0, -5.0], np.float32)
-    out2 = process.next(with_extras(out.state, eta=collections.OrderedDict(eta)), [_value()])
+    out2 = process.next(client_perturbation.replace_extras(out.state, eta=collections.OrderedDict(eta)), [_value()])
     assert out2.measurements["defense"]["sigma"][0] > m["sigma"][0]
+    np.testing.assert_array_equal(client_perturbation.get_extras(out2.state)["eta"]["b2"], eta["b2"])
     with pytest.raises(ValueError, match="the floor alone spends"):
         AdaptiveGroupNoiseFactory(clip_norm=0.5, noise_multiplier=3.0, groups=groups, sigma_min=2.0)
+
+
+def test_perturbation_state_reads_and_replaces_extras_only():
+    inner = collections.OrderedDict(value_sum_process=())
+    value = collections.OrderedDict(extras=collections.OrderedDict(round_index=3, phase=1), inner=inner)
+    state = client_perturbation.PerturbationState.from_value(value)
+    assert client_perturbation.PerturbationState.holds(value) and not client_perturbation.PerturbationState.holds(inner)
+    assert client_perturbation.get_extras(value) == collections.OrderedDict(round_index=3, phase=1)
+    new = client_perturbation.replace_extras(value, phase=2)
+    assert list(new) == ["extras", "inner"] and new["inner"] is inner
+    assert new["extras"] == collections.OrderedDict(round_index=3, phase=2) and value["extras"]["phase"] == 1
+    assert state.replace_extras(phase=2).as_value() == new
+    assert client_perturbation.with_extras is client_perturbation.replace_extras  # The former name.
+    with pytest.raises(KeyError, match="no extra 'eta'"):
+        client_perturbation.replace_extras(value, eta=0)
 
 
 def test_bad_arguments_are_named():

@@ -11,7 +11,7 @@ destroys a RadioUNet in one round (noise ~400x the update), and an allocator sta
 learns from a broken model (at nu = 3 Directed Uniform's allocation also ends at a collapsed
 model on the default data; see bench/RESULTS.md). The allocator training of
 Eqs. (20)-(21) (`tff_radiomap.privacy.allocator`) replaces eta between rounds with
-`client_perturbation.with_extras(state, eta=...)`. The state also holds the round index r (it
+`client_perturbation.replace_extras(state, eta=...)`. The state also holds the round index r (it
 advances every round; the summary uses r / total_rounds) and the phase indicator.
 
 Noise floor (beyond the paper): with `sigma_min` > 0 every coordinate gets at least sigma_min, and

@@ -20,6 +20,9 @@ Measurements (means over the round's clients): `norm_before_clip`, `clipped_frac
 `norm_after_clip`, `sigma` and `energy` per group, `budget_spent` (sum_g d_g sigma_g^2) and
 `budget` (B), plus the inner factory's under `inner`.
 
+State: `PerturbationState`, the extras broadcast to clients and the inner factory's state;
+between rounds a driver reads and edits the extras with `get_extras` and `replace_extras`.
+
 Randomness: with `seed=None` (the default) the noise comes from TensorFlow's unseeded generator,
 fresh on every call. With an integer seed it is reproducible: the server state carries a seed that
 advances every round, and each client mixes in a hash of its own clipped update so that clients of
@@ -30,6 +33,9 @@ one round draw different noise. Reproducible noise is for experiments; a deploym
 from __future__ import annotations
 
 import collections
+import collections.abc
+import dataclasses
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -38,6 +44,46 @@ import tensorflow_federated as tff
 from tff_radiomap.aggregators import weighting
 from tff_radiomap.privacy import budget as budget_lib
 from tff_radiomap.privacy.groups import ParameterGroups
+
+
+
+@dataclasses.dataclass(frozen=True)
+class PerturbationState:
+    """The state of a `ClientPerturbationFactory` process between rounds.
+
+    TFF carries it as `OrderedDict(extras=..., inner=...)`: `as_value()` builds that value,
+    `from_value` reads one (e.g. a learning process's `state.aggregator`).
+      extras: the defense parameters the server broadcasts to clients every round (the factory's
+        `initial_extras()`, e.g. eta, round_index and phase of the adaptive allocator), plus
+        `seed` for a seeded factory; the factory's `_update_extras` advances them.
+      inner: the inner factory's state.
+    """
+
+    extras: Any
+    inner: Any
+
+    @staticmethod
+    def holds(value) -> bool:
+        """True if `value` has this state's layout (a mapping with 'extras' and 'inner')."""
+        return isinstance(value, collections.abc.Mapping) and "extras" in value and "inner" in value
+
+    @classmethod
+    def from_value(cls, value) -> PerturbationState:
+        """The typed view of a state value (its extras copied into a fresh OrderedDict)."""
+        return cls(extras=collections.OrderedDict(value["extras"]), inner=value["inner"])
+
+    def as_value(self) -> collections.OrderedDict:
+        """The value the process's `next` takes: OrderedDict(extras=..., inner=...)."""
+        return collections.OrderedDict(extras=self.extras, inner=self.inner)
+
+    def replace_extras(self, **updates) -> PerturbationState:
+        """This state with the named extras replaced; raises KeyError for one it does not hold."""
+        extras = collections.OrderedDict(self.extras)
+        for key, value in updates.items():
+            if key not in extras:
+                raise KeyError(f"aggregator state has no extra {key!r}; it has {list(extras)}")
+            extras[key] = value
+        return dataclasses.replace(self, extras=extras)
 
 
 class ClientPerturbationFactory(tff.aggregators.UnweightedAggregationFactory, tff.aggregators.WeightedAggregationFactory):
@@ -231,9 +277,7 @@ class ClientPerturbationFactory(tff.aggregators.UnweightedAggregationFactory, tf
 
         @tff.federated_computation
         def init_fn():
-            return tff.federated_zip(
-                collections.OrderedDict(extras=tff.federated_eval(initial_extras, tff.SERVER), inner=inner_process.initialize())
-            )
+            return tff.federated_zip(PerturbationState(extras=tff.federated_eval(initial_extras, tff.SERVER), inner=inner_process.initialize()).as_value())
 
         def next_impl(state, value, weight=None):
             # Client work: broadcast the defense parameters, clip and perturb every upload.
@@ -242,7 +286,7 @@ class ClientPerturbationFactory(tff.aggregators.UnweightedAggregationFactory, tf
             # Inner aggregation of the privatized uploads.
             inner_out = weighting.inner_next(inner_process, state.inner, noised, weight)
             # Server work: advance the defense's state.
-            new_state = collections.OrderedDict(extras=tff.federated_map(update_extras, state.extras), inner=inner_out.state)
+            new_state = PerturbationState(extras=tff.federated_map(update_extras, state.extras), inner=inner_out.state).as_value()
             measurements = collections.OrderedDict(defense=tff.federated_mean(client_measurements), inner=inner_out.measurements)
             return tff.templates.MeasuredProcessOutput(
                 state=tff.federated_zip(new_state), result=inner_out.result, measurements=tff.federated_zip(measurements)
@@ -257,16 +301,16 @@ def _update_hash(flat) -> tf.Tensor:
     return tf.add_n(parts) if parts else tf.constant(0, tf.int64)
 
 
-def with_extras(aggregator_state, **updates):
-    """Returns an aggregation state with some defense extras replaced (e.g. allocator params).
+def get_extras(aggregator_state) -> collections.OrderedDict:
+    """The defense extras of a `ClientPerturbationFactory` process's state (e.g. the
+    `state.aggregator` of a learning process built with such a factory)."""
+    return PerturbationState.from_value(aggregator_state).extras
 
-    `aggregator_state` is the state of a process created by a `ClientPerturbationFactory`
-    (an OrderedDict with 'extras' and 'inner'), as found in a learning process's
-    `state.aggregator`.
-    """
-    extras = collections.OrderedDict(aggregator_state["extras"])
-    for key, value in updates.items():
-        if key not in extras:
-            raise KeyError(f"aggregator state has no extra {key!r}; it has {list(extras)}")
-        extras[key] = value
-    return collections.OrderedDict(extras=extras, inner=aggregator_state["inner"])
+
+def replace_extras(aggregator_state, **updates) -> collections.OrderedDict:
+    """`aggregator_state` with some defense extras replaced (e.g. the allocator's `eta`), in the
+    layout the process takes back; raises KeyError for an extra the state does not hold."""
+    return PerturbationState.from_value(aggregator_state).replace_extras(**updates).as_value()
+
+
+with_extras = replace_extras  # The former name, kept until its callers use `replace_extras`.
