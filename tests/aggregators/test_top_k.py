@@ -33,6 +33,40 @@ def test_top_k_of_all_zeros_is_all_zeros():
     np.testing.assert_array_equal(top_k.top_k_flat(tf.zeros([7]), 3).numpy(), np.zeros(7))
 
 
+def test_top_k_of_an_already_sparse_upload_is_itself():
+    rng = np.random.default_rng(3)
+    flat = rng.normal(size=50).astype(np.float32)
+    flat[rng.choice(50, size=47, replace=False)] = 0.0  # 3 nonzero entries, k = 5: T_K keeps them all.
+    np.testing.assert_array_equal(top_k.top_k_flat(tf.constant(flat), 5).numpy(), flat)
+    dense = rng.normal(size=50).astype(np.float32)
+    once = top_k.top_k_flat(tf.constant(dense), 5)
+    np.testing.assert_array_equal(top_k.top_k_flat(once, 5).numpy(), numpy_top_k(dense, 5))  # T_K(T_K(u)) = T_K(u).
+
+
+@pytest.mark.parametrize("shape,k", [((40,), 7), ((3, 40), 7), ((4, 9), 9)])
+def test_top_k_split_gives_kept_and_residual_of_each_row(shape, k):
+    rng = np.random.default_rng(k)
+    u = rng.normal(size=shape).astype(np.float32)
+    u.reshape(-1)[rng.choice(u.size, size=u.size // 5, replace=False)] = -0.25  # Ties.
+    kept, residual = (t.numpy() for t in top_k.top_k_split(tf.constant(u), k))
+    expected = numpy_top_k(u, k) if u.ndim == 1 else np.stack([numpy_top_k(row, k) for row in u])
+    np.testing.assert_array_equal(kept, expected)
+    np.testing.assert_array_equal(residual, u - expected)
+    np.testing.assert_array_equal(kept + residual, u)  # Disjoint supports: exact, entry by entry.
+
+
+@pytest.mark.parametrize("batch_dims", [0, 1])
+def test_concat_and_split_entries_are_inverse(batch_dims):
+    rng = np.random.default_rng(4)
+    lead = (3,) if batch_dims else ()
+    leaves = [tf.constant(rng.normal(size=lead + s).astype(np.float32)) for s in [(2, 3), (4,), (1, 1, 2)]]
+    flat = top_k.concat_entries(leaves, batch_dims)
+    expected = np.concatenate([t.numpy().reshape(lead + (-1,)) for t in leaves], axis=batch_dims)
+    np.testing.assert_array_equal(flat.numpy(), expected)
+    for got, want in zip(top_k.split_entries(flat, leaves, batch_dims), leaves):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
 def test_top_k_sparsify_ranks_the_whole_structure_and_residual_is_exact():
     rng = np.random.default_rng(0)
     value = collections.OrderedDict(a=rng.normal(size=(4, 5)).astype(np.float32), b=rng.normal(size=(7,)).astype(np.float32))

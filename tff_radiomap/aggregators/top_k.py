@@ -45,27 +45,49 @@ def index_bytes(num_entries: int, kept: int) -> int:
     return min(math.ceil(num_entries / 8), wire.packed_bytes(kept, bits_per_index))
 
 
+def concat_entries(leaves: list, batch_dims: int = 0) -> tf.Tensor:
+    """The vector u of T_K(u, K): every tensor flattened, concatenated in order ([n]); with
+    `batch_dims=1`, tensors [C, ...] of C clients give one row per client ([C, n])."""
+    return tf.concat([tf.reshape(t, [-1] if batch_dims == 0 else [t.shape[0], -1]) for t in leaves], axis=batch_dims)
+
+
+def split_entries(flat: tf.Tensor, like: list, batch_dims: int = 0) -> list:
+    """Inverse of `concat_entries`: `flat` cut into tensors of the shapes of `like`."""
+    sizes = [int(t.shape[batch_dims:].num_elements()) for t in like]
+    parts = tf.split(flat, sizes, axis=batch_dims) if len(sizes) > 1 else [flat]
+    return [tf.reshape(p, t.shape) for p, t in zip(parts, like)]
+
+
+def top_k_rows(rows: tf.Tensor, k: int) -> tf.Tensor:
+    """T_K of each row of `rows` [C, n]: its k largest-magnitude entries kept, the others zeroed."""
+    positions = tf.math.top_k(tf.abs(rows), k=k, sorted=False).indices
+    batch = tf.broadcast_to(tf.range(tf.shape(rows)[0])[:, None], tf.shape(positions))
+    return tf.scatter_nd(tf.stack([batch, positions], -1), tf.gather(rows, positions, batch_dims=1), tf.shape(rows))
+
+
 def top_k_flat(flat: tf.Tensor, k: int) -> tf.Tensor:
     """T_K: keeps the k largest-magnitude entries of a 1-D tensor, zeroes the others.
 
-    An all-zero input (a client with nothing to send) is returned as is, without the sort.
+    An input with at most k nonzero entries, all finite, is its own T_K and is returned as is,
+    without the sort: a client with nothing to send, or an upload its client has already split
+    with `top_k_split` (as EPFL-REMNet's clients do), so that T_K is computed once per upload.
     """
+    already_sparse = tf.logical_and(tf.reduce_all(tf.math.is_finite(flat)), tf.math.count_nonzero(flat) <= k)
+    return tf.cond(already_sparse, lambda: flat, lambda: top_k_rows(flat[None], k)[0])
 
-    def sparsify():
-        positions = tf.math.top_k(tf.abs(flat), k=k, sorted=False).indices
-        return tf.scatter_nd(positions[:, None], tf.gather(flat, positions), tf.shape(flat, out_type=tf.int32))
 
-    return tf.cond(tf.reduce_any(tf.not_equal(flat, 0)), sparsify, lambda: flat)
+def top_k_split(u: tf.Tensor, k: int) -> tuple[tf.Tensor, tf.Tensor]:
+    """Algorithm 1 of EPFL-REMNet (paper 003), "Sparsification" and "Cache error": the kept part
+    T_K(u, K) and the residual e = u - T_K(u, K), from one ranking of |u|. `u` is a flat upload [n]
+    (`concat_entries`), or one per row [C, n], each row split on its own."""
+    kept = top_k_flat(u, k) if u.shape.rank == 1 else top_k_rows(u, k)
+    return kept, u - kept
 
 
 def top_k_sparsify(value, k: int):
     """T_K over a whole structure of tensors (flattened and concatenated); same structure back."""
     leaves = encoding.flatten(value)
-    flat = tf.concat([tf.reshape(t, [-1]) for t in leaves], axis=0)
-    sparse = top_k_flat(flat, k)
-    sizes = [int(t.shape.num_elements()) for t in leaves]
-    parts = tf.split(sparse, sizes) if len(sizes) > 1 else [sparse]
-    return encoding.pack_like(value, [tf.reshape(p, t.shape) for p, t in zip(parts, leaves)])
+    return encoding.pack_like(value, split_entries(top_k_flat(concat_entries(leaves), k), leaves))
 
 
 class TopKFactory(encoding.EncodingStage):
