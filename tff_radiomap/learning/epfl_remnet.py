@@ -8,10 +8,10 @@ A round t (0-based; the paper's t mod R == 0 is our (t + 1) mod R == 0, the R-th
   2. Local training: each client sets its backbone to theta^t and its head to its own phi_i,
      trains both for E epochs, keeps phi_i, and forms Delta_i = theta_i - theta^t.
   3. Every R-th round (periodic synchronization) the client uploads: error feedback
-     u = Delta + e (Eq. (9)), Top-K sparsification, new e = u - T_K(u, K) (Eq. (10)), 8-bit
-     symmetric quantization; the compression is the `upload_factory` (TopKFactory around
-     SymmetricQuantizationFactory around a mean), the client only keeps e. In the other R - 1
-     rounds Delta is dropped, as Algorithm 1's ClientUpdate returns null: only the heads learn.
+     u = Delta + e (Eq. (9)), one Top-K split of u into T_K(u, K), uploaded, and e = u - T_K(u, K)
+     (Eq. (10)), kept (`epfl_steps`); 8-bit symmetric quantization. The `upload_factory` (TopK
+     around SymmetricQuantization around a mean) finds the upload sparse and quantizes it. In the
+     other R - 1 rounds Delta is dropped, as Algorithm 1's ClientUpdate returns null.
   4. Server aggregation: theta^(t+1) = theta^t + eta * mean(decoded uploads) (eta = 1 in the
      paper), and optionally an EMA of theta (`ema_decay`), the backbone used for evaluation.
 A client whose local result holds a NaN or Inf (a poisoned or diverged client) is dropped for the
@@ -35,8 +35,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_radiomap.aggregators import SymmetricQuantizationFactory, TopKFactory, top_k, wire
-from tff_radiomap.learning import local_model as local_lib
+from tff_radiomap.aggregators import SymmetricQuantizationFactory, TopKFactory, wire
+from tff_radiomap.learning import epfl_steps, local_model as local_lib
 from tff_radiomap.models import remnet
 
 CLIENT_WEIGHTINGS = ("uniform", "num_examples")
@@ -94,6 +94,12 @@ def upload_factory(config: EpflRemnetConfig):
     if config.k_fraction is not None:
         factory = TopKFactory(k_fraction=config.k_fraction, inner_factory=factory)
     return factory
+
+
+def kept_entries(config: EpflRemnetConfig, layout: ModelLayout) -> int | None:
+    """K, the entries of u a client uploads each sync (those `upload_factory` keeps); None: no Top-K."""
+    factory = upload_factory(config)
+    return factory.kept(layout.shared_type) if isinstance(factory, TopKFactory) else None
 
 
 def upload_bytes_per_client(factory, value_type) -> int:
@@ -201,18 +207,13 @@ def client_data_type(max_examples: int, num_features: int, num_outputs: int):
     )
 
 
-def is_sync_round(round_num, sync_period: int):
-    """Algorithm 1's t mod R == 0, for 0-based rounds: the R-th, 2R-th, ... round uploads."""
-    return tf.equal((round_num + 1) % sync_period, 0)
-
-
 # ---------------------------------------------------------------------------------------------
 # Client and server work.
 def client_update_fn(config: EpflRemnetConfig, local: local_lib.LocalModel, layout: ModelLayout, model: tf.keras.Model):
     """The client's round on `model` (built by `local.build()`) as a Python function
     (broadcast, state, data) -> (upload, weight, new state, metrics), for a `tf.function`: inside
     the TFF client computation, or in this process (`epfl_in_process`)."""
-    k = top_k.num_kept(wire.value_count(layout.shared_type), k_fraction=config.k_fraction) if config.k_fraction else None
+    k = kept_entries(config, layout)
     shared_vars, private_vars = local.shared(model), local.private(model)
     train = local_lib.build_train_fn(local, model, client_optimizer(config), config.training)
 
@@ -228,7 +229,7 @@ def client_update_fn(config: EpflRemnetConfig, local: local_lib.LocalModel, layo
         # A round whose result holds a NaN or Inf is dropped: no upload, the old head and error.
         finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in [loss] + delta + [v.read_value() for v in private_vars]])
         delta = [tf.where(finite, d, tf.zeros_like(d)) for d in delta]
-        sync = tf.logical_and(is_sync_round(broadcast["round"], config.sync_period), finite)
+        sync = tf.logical_and(epfl_steps.is_sync_round(broadcast["round"], config.sync_period), finite)
         new_state = collections.OrderedDict()
         if private_vars:
             new_state["head"] = collections.OrderedDict(
@@ -236,13 +237,10 @@ def client_update_fn(config: EpflRemnetConfig, local: local_lib.LocalModel, layo
             )
         if k is not None:
             error = [state["error"][key] for key in layout.shared_keys]
-
-            def error_feedback():
-                # u = Delta + e (Eq. (9)) is uploaded; e = u - T_K(u, K) (Eq. (10)) stays.
-                u = [d + e for d, e in zip(delta, error)]
-                return u, [ui - si for ui, si in zip(u, top_k.top_k_sparsify(u, k))]
-
-            upload, new_error = tf.cond(sync, error_feedback, lambda: ([tf.zeros_like(d) for d in delta], error))
+            # u = Delta + e (Eq. (9)); T_K(u, K) is uploaded, e = u - T_K(u, K) (Eq. (10)) stays.
+            upload, new_error = tf.cond(
+                sync, lambda: epfl_steps.sparsify_with_error_feedback(delta, error, k), lambda: ([tf.zeros_like(d) for d in delta], error)
+            )
             new_state["error"] = collections.OrderedDict(zip(layout.shared_keys, new_error))
         else:
             upload = [tf.where(sync, d, tf.zeros_like(d)) for d in delta]
@@ -289,12 +287,12 @@ def _server_fns(config: EpflRemnetConfig, layout: ModelLayout, shared_type, byte
 
     @tff.tensorflow.computation(model_state_type, shared_type)
     def server_update(state, mean_upload):
-        sync = is_sync_round(state["round"], config.sync_period)
+        sync = epfl_steps.is_sync_round(state["round"], config.sync_period)
         new = collections.OrderedDict()
         shared = collections.OrderedDict((k, tf.where(sync, state["shared"][k] + eta * mean_upload[k], state["shared"][k])) for k in keys)
         new["shared"] = shared
         if decay > 0:
-            new["ema"] = collections.OrderedDict((k, tf.where(sync, decay * state["ema"][k] + (1 - decay) * shared[k], state["ema"][k])) for k in keys)
+            new["ema"] = collections.OrderedDict((k, tf.where(sync, epfl_steps.ema_update(state["ema"][k], shared[k], decay), state["ema"][k])) for k in keys)
         new["round"] = state["round"] + 1
         return new
 

@@ -31,8 +31,8 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from tff_radiomap.aggregators import quantization, top_k, wire
-from tff_radiomap.learning import epfl_remnet
+from tff_radiomap.aggregators import quantization, wire
+from tff_radiomap.learning import epfl_remnet, epfl_steps
 from tff_radiomap.learning import local_model as local_lib
 
 LAYER_NORM_EPSILON = 1e-3  # Keras' LayerNormalization default.
@@ -197,30 +197,20 @@ def local_train(config, params: dict, trainable: list[str], loss_fn, data, selec
 
 # ---------------------------------------------------------------------------------------------
 # The upload pipeline per row.
-def compress(config, upload: list, keys: list[str], shapes: dict):
-    """Top-K of the concatenated upload per client, then b-bit quantization per tensor: what the
-    server decodes, and what Top-K dropped (the new error before masking)."""
-    c = upload[0].shape[0]
-    flat = tf.concat([tf.reshape(t, [c, -1]) for t in upload], axis=1)
-    kept = flat
-    if config.k_fraction is not None:
-        k = top_k.num_kept(int(flat.shape[1]), k_fraction=config.k_fraction)
-        positions = tf.math.top_k(tf.abs(flat), k=k, sorted=False).indices
-        rows = tf.broadcast_to(tf.range(c)[:, None], positions.shape)
-        kept = tf.scatter_nd(tf.stack([rows, positions], -1), tf.gather(flat, positions, batch_dims=1), tf.shape(flat))
-    sizes = [int(np.prod(shapes[key])) for key in keys]
-    leaves = [tf.reshape(t, [c] + list(shapes[key])) for t, key in zip(tf.split(kept, sizes, axis=1), keys)]
-    if config.bits is not None:
-        if config.scale_scope != "tensor":
-            raise ValueError("the stacked clients quantize with scale_scope='tensor' only")
-        levels = quantization.max_level(config.bits)
-        decoded = []
-        for t in leaves:
-            scale = tf.reduce_max(tf.abs(tf.reshape(t, [c, -1])), axis=1) / levels
-            scale = tf.reshape(scale, [-1] + [1] * (len(t.shape) - 1))
-            decoded.append(tf.clip_by_value(tf.round(tf.math.divide_no_nan(t, scale)), -levels, levels) * scale)
-        leaves = decoded
-    return leaves, flat - kept
+def quantize_rows(config, leaves: list) -> list:
+    """b-bit symmetric quantization of every client's upload, one scale per tensor and client (as
+    `SymmetricQuantizationFactory(scale_scope='tensor')` per client): what the server decodes."""
+    if config.bits is None:
+        return leaves
+    if config.scale_scope != "tensor":
+        raise ValueError("the stacked clients quantize with scale_scope='tensor' only")
+    levels = quantization.max_level(config.bits)
+    decoded = []
+    for t in leaves:
+        scale = tf.reduce_max(tf.abs(tf.reshape(t, [t.shape[0], -1])), axis=1) / levels
+        scale = tf.reshape(scale, [-1] + [1] * (len(t.shape) - 1))
+        decoded.append(tf.clip_by_value(tf.round(tf.math.divide_no_nan(t, scale)), -levels, levels) * scale)
+    return decoded
 
 
 def side_bytes_per_sample(config, local: local_lib.LocalModel) -> int:
@@ -256,8 +246,8 @@ class StackedProcess:
         self.stacked = stacked_layout(config, local, seed)
         self.layout = self.stacked.layout
         self.bytes_per_upload = upload_bytes(config, self.layout)
+        self.k = epfl_remnet.kept_entries(config, self.layout)  # K of Top-K (None: no Top-K).
         self.side_per_sample = side_bytes_per_sample(config, local)
-        self.shapes = dict(zip(self.layout.shared_keys, (v.shape for v in self.layout.initial_shared)))
         self._rounds = {sync: tf.function(lambda *a, sync=sync: self._round(*a, sync=sync), autograph=False) for sync in (False, True)}
         self._predict = tf.function(self._predict_graph, autograph=False, reduce_retracing=True)
 
@@ -330,12 +320,11 @@ class StackedProcess:
         new_error = error
         # Upload: u = Delta + e (Eq. (9)), Top-K and quantization; e = u - T_K(u) (Eq. (10)) stays.
         if sync:
-            u = [d + error[k] for d, k in zip(delta, keys)] if cfg.k_fraction is not None else delta
-            decoded, dropped = compress(cfg, u, keys, self.shapes)
-            if cfg.k_fraction is not None:
-                sizes = [int(np.prod(self.shapes[k])) for k in keys]
-                dropped = [tf.reshape(t, [c] + list(self.shapes[k])) for t, k in zip(tf.split(dropped, sizes, axis=1), keys)]
-                new_error = {k: tf.where(_per_client(ok, e), e, error[k]) for k, e in zip(keys, dropped)}
+            sent = delta
+            if self.k is not None:
+                sent, residual = epfl_steps.sparsify_with_error_feedback(delta, [error[k] for k in keys], self.k, batch_dims=1)
+                new_error = {k: tf.where(_per_client(ok, e), e, error[k]) for k, e in zip(keys, residual)}
+            decoded = quantize_rows(cfg, sent)
             # Inner aggregation: the weighted mean of the decoded uploads (0 if nobody uploads).
             examples = tf.cast(data["num_examples"], tf.float32)
             weight = tf.cast(uploads, tf.float32) * (examples if cfg.client_weighting == "num_examples" else 1.0)
@@ -344,7 +333,7 @@ class StackedProcess:
             # Server update: theta^(t+1) = theta^t + eta * mean, and its EMA.
             shared = {k: shared[k] + cfg.server_learning_rate * m for k, m in zip(keys, mean)}
             if ema is not None:
-                ema = {k: cfg.ema_decay * ema[k] + (1 - cfg.ema_decay) * shared[k] for k in keys}
+                ema = epfl_steps.ema_update(ema, shared, cfg.ema_decay)
         okf = tf.cast(ok, tf.float32)
         examples = tf.cast(data["num_examples"], tf.float32)
         metrics = {
@@ -358,7 +347,7 @@ class StackedProcess:
     def next(self, state: dict, data: dict, selected, round_num: int) -> tuple[dict, dict]:
         """One round; `selected` [C] bool (the clients trained this round). Metrics as the TFF
         process's: train_loss, uploads, uplink_bytes (exact), nonfinite_updates."""
-        sync = (round_num + 1) % self.config.sync_period == 0
+        sync = epfl_steps.is_sync_round(round_num, self.config.sync_period)
         shared, ema, private, error, m = self._rounds[sync](
             state["shared"], state.get("ema"), state["private"], state.get("error", {}), data, tf.constant(selected), state["seeds"], tf.constant(round_num, tf.int64)
         )
