@@ -179,7 +179,6 @@ def test_perturbation_state_reads_and_replaces_extras_only():
     assert list(new) == ["extras", "inner"] and new["inner"] is inner
     assert new["extras"] == collections.OrderedDict(round_index=3, phase=2) and value["extras"]["phase"] == 1
     assert state.replace_extras(phase=2).as_value() == new
-    assert client_perturbation.with_extras is client_perturbation.replace_extras  # The former name.
     with pytest.raises(KeyError, match="no extra 'eta'"):
         client_perturbation.replace_extras(value, eta=0)
 

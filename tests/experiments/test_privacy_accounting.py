@@ -94,6 +94,7 @@ def test_seeded_noise_repeats_for_identical_uploads_and_fresh_noise_does_not(tff
 
 
 def test_a_config_saved_before_fresh_noise_existed_reads_as_seeded(config, tmp_path):
+    config = dataclasses.replace(config, defense="uniform", noise_multiplier=0.01)  # A defense that reads it.
     saved = dataclasses.asdict(config)
     del saved["fresh_noise"]
     os.makedirs(tmp_path / "old")

@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from tff_radiomap.models import phases
 from tff_radiomap.aggregators import AdaptiveGroupNoiseFactory, DirectedNoiseFactory
+from tff_radiomap.experiments import defense_registry
 from tff_radiomap.experiments import privacy_defenses as pd
 from tff_radiomap.learning import radiounet_process as rp
 from tff_radiomap.models.phases import Phase
@@ -65,12 +66,12 @@ def _datasets(pool):
 
 def test_factories_per_phase():
     cfg = _Config()
-    assert isinstance(pd.make_factory("directed", cfg, Phase.STAGE1), DirectedNoiseFactory)
-    adaptive2 = pd.make_factory("adaptive", cfg, Phase.STAGE2)
+    assert isinstance(defense_registry.make_factory("directed", cfg, Phase.STAGE1), DirectedNoiseFactory)
+    adaptive2 = defense_registry.make_factory("adaptive", cfg, Phase.STAGE2)
     assert isinstance(adaptive2, AdaptiveGroupNoiseFactory) and adaptive2.phase == 1
     assert adaptive2.groups.sizes[0] == 0 and adaptive2.groups.sizes[1] > 0
-    with pytest.raises(ValueError, match="defense 'bogus'"):
-        pd.make_factory("bogus", cfg, Phase.STAGE1)
+    with pytest.raises(ValueError, match="defense 'bogus': expected one of"):
+        defense_registry.make_factory("bogus", cfg, Phase.STAGE1)
 
 
 def test_adaptive_defense_runs_in_the_two_stage_process_with_hooks(tff_runtime, small_allocator):
@@ -79,7 +80,7 @@ def test_adaptive_defense_runs_in_the_two_stage_process_with_hooks(tff_runtime, 
     cfg = _Config()
     pool = _pool()
     initial = phases.initial_weights(cfg.model_config(), seed=0)
-    factories = {p: pd.make_factory("adaptive", cfg, p) for p in (Phase.STAGE1, Phase.STAGE2)}
+    factories = {p: defense_registry.make_factory("adaptive", cfg, p) for p in (Phase.STAGE1, Phase.STAGE2)}
     trainer = rp.build_two_stage_process(
         cfg.model_config(), initial, cfg.stage1_rounds, rp.build_optimizer("sgd", 0.05), rp.build_optimizer("sgd", 1.0), factories
     )
@@ -108,7 +109,7 @@ def test_the_allocator_trains_at_each_phases_first_round_and_every_n_rounds_of_i
     cfg = dataclasses.replace(_Config(), rounds=7, stage1_rounds=3, allocator_every=2)
     assert [r for r in range(1, 8) if pd.due_in_phase(cfg, r, cfg.allocator_every)] == [1, 3, 4, 6]
     assert [r for r in range(1, 8) if pd.due_in_phase(cfg, r, 1)] == list(range(1, 8))
-    factories = {p: pd.make_factory("adaptive", cfg, p) for p in (Phase.STAGE1, Phase.STAGE2)}
+    factories = {p: defense_registry.make_factory("adaptive", cfg, p) for p in (Phase.STAGE1, Phase.STAGE2)}
     hooks = pd.PrivacyHooks(cfg, _pool(), factories)
     state = {"phase": np.int32(Phase.STAGE1)}
     # Not due: the state comes back as it was, nothing measured, the trainer not touched.

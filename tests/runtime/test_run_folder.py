@@ -49,3 +49,29 @@ def test_write_json_is_atomic_and_clear_removes_only_the_named_entries(tmp_path)
     (tmp_path / "keep.txt").write_text("1")
     assert run_folder.clear(str(tmp_path), ["c.json", "state", "absent"]) == ["c.json", "state"]
     assert os.listdir(tmp_path) == ["keep.txt"]
+
+
+def test_check_config_names_every_differing_field_and_honours_defaults_and_ignored(tmp_path):
+    import numpy as np
+    import pytest
+
+    folder = str(tmp_path)
+    record = {"a": 1, "b": (2, 3), "c": "x"}
+    assert run_folder.check_config(record, folder) is False  # No config.json yet.
+    run_folder.write_json(os.path.join(folder, "config.json"), {"a": 1, "b": [2, 3]})
+    # "c" was added after the run was saved: its default (the value such runs had) stands in.
+    assert run_folder.check_config(record, folder, defaults={"c": "x"})
+    with pytest.raises(run_folder.RunFolderConflict, match=r"another configuration \(c: saved None, now 'x'\)"):
+        run_folder.check_config(record, folder)
+    with pytest.raises(run_folder.RunFolderConflict, match=r"a: saved 1, now 2, b: saved \[2, 3\], now \[2, 4\]"):
+        run_folder.check_config({"a": 2, "b": (2, 4), "c": "x"}, folder, defaults={"c": "x"})
+    assert run_folder.check_config({"a": 5, "b": (2, 3), "c": "x"}, folder, defaults={"c": "x"}, ignored={"a"})
+    _write(os.path.join(folder, "config.json"), "{not json")
+    with pytest.raises(KeyError, match="unreadable"):
+        run_folder.check_config(record, folder, error=KeyError)
+    # Arrays saved with a round: the newest `keep` stay.
+    for r in range(1, 6):
+        run_folder.save_round_arrays(folder, "extra", r, {"v": np.full(2, r)}, keep=2)
+    assert sorted(os.listdir(os.path.join(folder, "extra"))) == ["round_4.npz", "round_5.npz"]
+    np.testing.assert_array_equal(run_folder.load_round_arrays(folder, "extra", 5)["v"], [5, 5])
+    assert run_folder.load_round_arrays(folder, "extra", 3) is None

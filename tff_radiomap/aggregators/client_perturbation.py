@@ -313,4 +313,3 @@ def replace_extras(aggregator_state, **updates) -> collections.OrderedDict:
     return PerturbationState.from_value(aggregator_state).replace_extras(**updates).as_value()
 
 
-with_extras = replace_extras  # The former name, kept until its callers use `replace_extras`.

@@ -1,9 +1,6 @@
-"""The privacy defenses of paper 000 in the experiment runner: factories per phase, the attack
-evaluated between rounds, and the adaptive allocator's training between rounds.
-
-Each defense uses the two-stage protocol and uploads, per phase, the trainable weights of that
-phase; its parameter groups (`privacy.groups.radiounet_groups`) are built per phase, so the budget
-B = d (C nu)^2 counts the coordinates actually uploaded.
+"""What runs around the rounds of a privacy experiment: the attack evaluated between rounds, the
+adaptive allocator's training between rounds, and the twin's leakage basis refreshed for the
+defenses on the leakage partition. The defenses themselves are rows of `defense_registry`.
 """
 
 from __future__ import annotations
@@ -16,51 +13,15 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from tff_radiomap.models import phases
-from tff_radiomap.aggregators import AdaptiveGroupNoiseFactory, AdaptiveSubspaceNoiseFactory, ClipOnlyFactory, DirectedNoiseFactory, SubspaceNoiseFactory, UniformNoiseFactory, subspace_noise
-from tff_radiomap.aggregators.client_perturbation import with_extras
+from tff_radiomap.aggregators import AdaptiveGroupNoiseFactory, client_perturbation, subspace_noise
 from tff_radiomap.data import radiomapseer, twin
 from tff_radiomap.learning import local_training, radiounet_process
+from tff_radiomap.models import phases
 from tff_radiomap.models.phases import Phase
 from tff_radiomap.privacy import allocator, attack, groups, leakage_basis
 
-NOISE_DEFENSES = ("uniform", "directed", "adaptive", "subspace")
 # Per attacked round: the stronger attacker (what tables report), the plain and the defense-aware one.
 ATTACK_METRICS = ("attack_rmse_m", "attack_constant_rmse_m", "attack_plain_rmse_m", "attack_aware_rmse_m")
-
-
-def make_factory(name: str, config, phase: Phase, basis_dir: str | None = None):
-    """The `tff.aggregators` factory of defense `name` for the uploads of `phase`.
-
-    The subspace defense reads its basis from `basis_dir`/phase<P>.bin at every call
-    (`BasisRefresher` writes it); the other defenses ignore `basis_dir`. The noise is seeded from
-    `config.seed`, or unseeded with `config.fresh_noise`.
-    """
-    c, nu = config.clip_norm, config.noise_multiplier
-    seed = None if config.fresh_noise else config.seed
-    if name == "adaptive" and config.adaptive_partition == "leakage":
-        if basis_dir is None:
-            raise ValueError("the adaptive defense on the leakage partition needs a basis folder (basis_dir)")
-        return AdaptiveSubspaceNoiseFactory(
-            c, nu, subspace_groups(config, phase), basis_path=basis_path(basis_dir, phase), total_rounds=config.rounds,
-            phase=int(phase == Phase.STAGE2), sigma_min=config.sigma_min, seed=seed,
-        )
-    if name == "subspace":
-        if basis_dir is None:
-            raise ValueError("the subspace defense needs a basis folder (basis_dir)")
-        return SubspaceNoiseFactory(c, nu, subspace_groups(config, phase), share=config.subspace_share, basis_path=basis_path(basis_dir, phase), seed=seed)
-    if name == "clip":
-        return ClipOnlyFactory(c)
-    g = groups.radiounet_groups(config.model_config(), phase)
-    if name == "uniform":
-        return UniformNoiseFactory(c, nu, groups=g, seed=seed)
-    if name == "directed":
-        return DirectedNoiseFactory(c, nu, groups=g, seed=seed)
-    if name == "adaptive":
-        return AdaptiveGroupNoiseFactory(
-            c, nu, groups=g, total_rounds=config.rounds, phase=int(phase == Phase.STAGE2), sigma_min=config.sigma_min, seed=seed
-        )
-    raise ValueError(f"defense {name!r}: expected one of clip, {', '.join(NOISE_DEFENSES)}")
 
 
 def uses_basis(config) -> bool:
@@ -176,15 +137,13 @@ class BasisRefresher:
 def aggregator_extras(state, factory):
     """The defense extras in a `PhasedProcess` state (the factory's initial ones if absent)."""
     agg = getattr(state["learning"], "aggregator", None)
-    if isinstance(agg, collections.abc.Mapping) and "extras" in agg:
-        return agg["extras"]
-    return factory.initial_extras()
+    return client_perturbation.get_extras(agg) if client_perturbation.PerturbationState.holds(agg) else factory.initial_extras()
 
 
 def replace_extras(state, **updates):
     """A `PhasedProcess` state whose aggregator extras have `updates` (e.g. eta)."""
     learning = state["learning"]  # A tff.learning.templates.LearningAlgorithmState (a NamedTuple).
-    new_learning = learning._replace(aggregator=with_extras(learning.aggregator, **updates))
+    new_learning = learning._replace(aggregator=client_perturbation.replace_extras(learning.aggregator, **updates))
     return collections.OrderedDict(phase=state["phase"], learning=new_learning)
 
 
@@ -280,3 +239,36 @@ def attacker_pool(data, map_positions) -> dict:
     """x, y, coords_m of every sample of the maps at `map_positions` (the observer's labelled pool)."""
     a = data.arrays(map_positions)
     return {"x": a["x"], "y": a["y"], "coords_m": a["coords_m"]}
+
+
+class DataTooSmallError(ValueError):
+    """The data set cannot serve the configuration (e.g. fewer samples than the attack needs)."""
+
+
+def build_hooks(config, maps: radiomapseer.RadioMapSeer, factories: dict) -> PrivacyHooks | None:
+    """Attack and allocator hooks of the run (None when it needs neither). `maps`: the run's data
+    set, already read; `factories`: {phase: the defense's factory} (`defense_registry.phase_factories`)."""
+    if config.centralised or (config.attack_every == 0 and config.defense != "adaptive"):
+        return None
+    # The observer's labelled pool: every (map, transmitter) sample of the data set (building maps
+    # are public; the held-out traces are other samples), plus its own simulations if given.
+    pool = attacker_pool(maps, np.arange(len(maps.map_ids)))
+    need = config.attack_train_traces + config.attack_test_traces
+    if config.attack_every and len(pool["x"]) < need:
+        raise DataTooSmallError(
+            f"--attack_train_traces={config.attack_train_traces} --attack_test_traces={config.attack_test_traces}: "
+            f"expected together at most the {len(pool['x'])} samples of {config.data_root}"
+        )
+    extra = None
+    if config.attack_extra_root:
+        own = radiomapseer.RadioMapSeer(radiomapseer.LoaderConfig(root=config.attack_extra_root, resolution=config.resolution))
+        extra = attacker_pool(own, np.arange(len(own.map_ids)))
+    return PrivacyHooks(config, pool, factories, extra_pool=extra)
+
+
+def basis_refresher(config, basis_dir: str, hooks: PrivacyHooks | None) -> BasisRefresher | None:
+    """The leakage basis keeper of a defense on the leakage partition (else None); its twin is
+    made if absent."""
+    if not uses_basis(config):
+        return None
+    return BasisRefresher(config, basis_dir, hooks.factories if hooks is not None else {})

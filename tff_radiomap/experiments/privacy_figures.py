@@ -23,7 +23,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from tff_radiomap.models import phases  # noqa: E402
 from tff_radiomap.data import encoding, radiomapseer  # noqa: E402
 
 CURVES, PREDICTIONS = "curves.png", "predictions.png"

@@ -36,18 +36,11 @@ from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 
+from tff_radiomap.experiments import defense_registry
 from tff_radiomap.runtime import run_folder
 
 METHODS = ("none", "fedsgd", "clip", "uniform", "directed", "adaptive")
-LABELS = {
-    "none": "No Defense",
-    "fedsgd": "FedSGD",
-    "clip": "Clip Only",
-    "uniform": "Uniform Noise",
-    "directed": "Directed Uniform",
-    "adaptive": "Adaptive (proposed)",
-    "subspace": "Subspace Noise",
-}
+LABELS = defense_registry.labels()
 
 
 def read_metrics(run_dir: str) -> list[dict]:
@@ -56,13 +49,6 @@ def read_metrics(run_dir: str) -> list[dict]:
         raise FileNotFoundError(f"{path} is missing: has the run in {run_dir} started?")
     with open(path) as f:
         return [{k: (float(v) if v not in ("", None) else float("nan")) for k, v in row.items()} for row in csv.DictReader(f)]
-
-
-# The methods from the costliest run to the cheapest at the CPU default (Adaptive trains its
-# allocator every round; FedSGD's clients take one step per batch; Uniform Noise's attacks stop
-# when its model diverges): the order in which concurrent runs start. Subspace's place is a guess
-# (not measured): it recomputes its leakage basis on the twin every basis_every rounds.
-COST_ORDER = ("adaptive", "subspace", "fedsgd", "directed", "none", "clip", "uniform")
 
 
 class RunsFailedError(RuntimeError):
@@ -76,7 +62,7 @@ def run_table(base_config, methods, seeds, output_dir: str, run_fn, progress: bo
     `privacy_radiomap.run` does, after checking that the folder holds the same configuration).
     `floors_fn(base_config)` (optional) gives the MSE floors (`mse_floors`), written once to
     floors.json. With `jobs` > 1, `run_fn` is called from `jobs` threads at once (it should start
-    a process), the costliest methods first (COST_ORDER); a failed run does not stop the others,
+    a process), the costliest methods first (`defense_registry.cost_order()`); a failed run does not stop the others,
     and RunsFailedError then names every failed one instead of writing the table.
     """
     os.makedirs(output_dir, exist_ok=True)
@@ -93,14 +79,14 @@ def run_all(runs, run_fn, jobs: int = 1, progress: bool = True) -> None:
     """`run_fn(config, run_dir)` for every (config, run_dir) of `runs`.
 
     In order with `jobs` <= 1; else from `jobs` threads at once (`run_fn` should start a process),
-    the costliest defenses first (COST_ORDER, then the order of `runs`); a failed run does not
+    the costliest defenses first (`defense_registry.cost_order()`, then the order of `runs`); a failed run does not
     stop the others, and RunsFailedError then names every failed one.
     """
     if jobs <= 1:
         for config, run_dir in runs:
             run_fn(config, run_dir)
         return
-    rank = {m: i for i, m in enumerate(COST_ORDER)}
+    rank = {m: i for i, m in enumerate(defense_registry.cost_order())}
     _run_concurrently(sorted(runs, key=lambda r: rank.get(r[0].defense, len(rank))), run_fn, jobs, progress)
 
 

@@ -31,7 +31,7 @@ from tff_radiomap.data.rem_points import RemScenario
 from tff_radiomap.learning import epfl_remnet
 from tff_radiomap.learning import local_model as local_lib
 from tff_radiomap.metrics.rem_accuracy import RemAccuracy, rem_accuracy
-from tff_radiomap.runtime import run_folder
+from tff_radiomap.runtime import nan_injection, run_folder
 
 MEGABYTE = 1e6  # Uplink is reported in MB = 10^6 bytes.
 
@@ -75,13 +75,8 @@ class RunConfig:
         self.nan_injection()
 
     def nan_injection(self) -> tuple[int, int] | None:
-        """(round, client) of the `inject_nan_client` test hook, or None."""
-        if not self.inject_nan_client:
-            return None
-        parts = self.inject_nan_client.split(":")
-        if len(parts) != 2 or not all(p.isdigit() for p in parts) or int(parts[0]) >= self.rounds:
-            raise ValueError(f"inject_nan_client={self.inject_nan_client!r}: expected ROUND:CLIENT with ROUND in 0..{self.rounds - 1}")
-        return int(parts[0]), int(parts[1])
+        """(round, client) of the `inject_nan_client` test hook (0-based rounds, as in metrics.csv), or None."""
+        return nan_injection.parse(self.inject_nan_client, 0, self.rounds - 1)
 
     def record(self) -> dict:
         """The configuration as recorded in config.json (the hook only when set, the placement only
@@ -195,18 +190,8 @@ def _csv_fields(num_outputs: int) -> list[str]:
 
 def _prepare_run_dir(run_dir: str, record: dict) -> None:
     os.makedirs(run_dir, exist_ok=True)
-    path = os.path.join(run_dir, "config.json")
-    record = json.loads(json.dumps(record, default=str))
-    if os.path.exists(path):
-        try:
-            with open(path) as f:
-                existing = json.load(f)
-        except (OSError, ValueError) as exc:
-            raise RunFolderConflict(f"{path} is unreadable ({exc})") from exc
-        if existing != record:
-            raise RunFolderConflict(f"{run_dir} holds a run with another configuration ({path})")
-    else:
-        run_folder.write_json(path, record)
+    if not run_folder.check_config(record, run_dir):
+        run_folder.write_json(os.path.join(run_dir, "config.json"), json.loads(json.dumps(record, default=str)))
 
 
 def select_clients(num_clients: int, per_round: int, seed: int, round_num: int) -> list[int]:
@@ -240,17 +225,6 @@ def _write_json(path: str, content: dict) -> dict:
     content = json.loads(json.dumps(content))  # As a rerun will read it back (lists, not tuples).
     run_folder.write_json(path, content)
     return content
-
-
-def _inject_nan(run: RunConfig, round_num: int, ids: list[int], data: list) -> list:
-    """The `inject_nan_client` test hook: the chosen client's inputs become NaN in its round."""
-    injection = run.nan_injection()
-    if injection is None or injection[0] != round_num or injection[1] not in ids:
-        return data
-    i = ids.index(injection[1])
-    poisoned = collections.OrderedDict(data[i])
-    poisoned["x"] = np.full_like(poisoned["x"], np.nan)
-    return data[:i] + [poisoned] + data[i + 1 :]
 
 
 def run_experiment(
@@ -298,7 +272,7 @@ def run_experiment(
     for r in range(meta["round"] + 1, run.rounds):
         start = time.monotonic()
         ids = select_clients(len(data), run.clients_per_round, run.seed, r)
-        server_state, new_states, metrics = process.next(server_state, store.gather(ids), _inject_nan(run, r, ids, [data[i] for i in ids]))
+        server_state, new_states, metrics = process.next(server_state, store.gather(ids), nan_injection.poison(run.nan_injection(), r, ids, [data[i] for i in ids]))
         store.scatter(ids, new_states)
         meta["cum_uplink_bytes"] += int(metrics["uplink_bytes"])
         row = {"round": r, "train_loss": float(metrics["train_loss"]), "uploads": int(metrics["uploads"]), "uplink_bytes": int(metrics["uplink_bytes"])}

@@ -31,7 +31,6 @@ attacker aware of a defense's basis is scored elsewhere (`probes/subspace_aware_
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import numpy as np
 import tensorflow as tf

@@ -17,13 +17,63 @@ import io
 import json
 import os
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
 
 class RunFolderConflict(ValueError):
     """The folder holds a run with another configuration (resume refused, `--overwrite` needed)."""
+
+
+def check_config(record: Mapping, run_dir: str, *, defaults: Mapping | None = None, ignored: Iterable[str] = (), error=RunFolderConflict) -> bool:
+    """True if `run_dir`/config.json holds the configuration `record` (a JSON-able dict); False if
+    there is no config.json; raises `error` naming every differing field otherwise.
+
+    A field missing from the saved file counts as `defaults[field]` (the value runs had before the
+    field existed); `ignored` fields (those this run does not read) are not compared.
+    """
+    path = os.path.join(run_dir, "config.json")
+    if not os.path.exists(path):
+        return False
+    try:
+        with open(path) as f:
+            found = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise error(f"{path} is unreadable ({exc})") from exc
+    wanted = json.loads(json.dumps(dict(record), default=str))
+    defaults = json.loads(json.dumps(dict(defaults or {}), default=str))
+    saved = lambda k: found.get(k, defaults.get(k))  # noqa: E731
+    differing = sorted(k for k in (set(found) | set(wanted)) - set(ignored) if saved(k) != wanted.get(k))
+    if differing:
+        detail = ", ".join(f"{k}: saved {saved(k)!r}, now {wanted.get(k)!r}" for k in differing)
+        raise error(f"{run_dir} holds a run with another configuration ({detail})")
+    return True
+
+
+def round_arrays_path(run_dir: str, name: str, round_num: int) -> str:
+    return os.path.join(run_dir, name, f"round_{round_num}.npz")
+
+
+def save_round_arrays(run_dir: str, name: str, round_num: int, arrays: Mapping, keep: int = 3) -> None:
+    """`arrays` saved with round `round_num` in `run_dir`/`name`/ (atomically); the `keep` newest
+    rounds' files stay, as the program states do."""
+    path = round_arrays_path(run_dir, name, round_num)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    write_npz(path, arrays)
+    for old in range(round_num - keep, 0, -1):
+        if not os.path.exists(round_arrays_path(run_dir, name, old)):
+            break
+        os.remove(round_arrays_path(run_dir, name, old))
+
+
+def load_round_arrays(run_dir: str, name: str, round_num: int) -> dict | None:
+    """The arrays `save_round_arrays` wrote with round `round_num`, or None if there are none."""
+    path = round_arrays_path(run_dir, name, round_num)
+    if not os.path.exists(path):
+        return None
+    with np.load(path) as saved:
+        return {k: saved[k] for k in saved.files}
 
 
 def write_json(path: str, content) -> None:
