@@ -47,7 +47,7 @@ def main():
     from tff_radiomap.learning import local_training, radiounet_process
     from tff_radiomap.models import phases, radiounet
     from tff_radiomap.models.phases import Phase
-    from tff_radiomap.privacy import allocator, attack, leakage_basis
+    from tff_radiomap.privacy import allocator, attack, leakage_basis, proxy
     from tff_radiomap.privacy import groups as groups_lib
 
     t0 = time.monotonic()
@@ -102,9 +102,9 @@ def main():
         trainer = allocator.AllocatorTrainer(adaptive, config, local_updates=local_training.local_updates)
         problem, _, _ = trainer.prepare(model, optimizer, pool, 0)
         n, g = len(problem.targets), groups.num_groups
-        l_uniform, choice = allocator.proxy_step(problem, np.full((n, g), nu))
-        l_none, choice_none = allocator.proxy_step(problem, np.full((n, g), 1e-6))
-        share = allocator.proxy_step(problem, np.tile(SubspaceNoiseFactory(1.0, nu, groups, share=0.5).sigmas()[None], (n, 1)))[0]
+        l_uniform, choice = proxy.proxy_step(problem, np.full((n, g), nu))
+        l_none, choice_none = proxy.proxy_step(problem, np.full((n, g), 1e-6))
+        share = proxy.proxy_step(problem, np.tile(SubspaceNoiseFactory(1.0, nu, groups, share=0.5).sigmas()[None], (n, 1)))[0]
         print(f"(a) L_proxy: no noise {float(l_none):.3f} ({choice_none[0]}), Uniform {float(l_uniform):.3f} ({choice[0]}), Subspace 0.5 {float(share):.3f}"
               f"  [{len(problem.train)} train / {len(problem.test)} held-out traces]")
         extras = adaptive.initial_extras()

@@ -11,7 +11,7 @@ import tensorflow_federated as tff
 from tff_radiomap.models import phases
 from tff_radiomap.aggregators.adaptive_noise import AdaptiveGroupNoiseFactory, AdaptiveSubspaceNoiseFactory
 from tff_radiomap.learning import local_training
-from tff_radiomap.privacy import allocator, allocator_net, attack
+from tff_radiomap.privacy import allocator, allocator_net, attack, proxy
 from tff_radiomap.privacy import budget as budget_lib
 from tff_radiomap.privacy.groups import ParameterGroups, SubspaceGroups
 
@@ -36,10 +36,10 @@ def _leaky_traces(n=160, leak=40, seed=0, signal=0.05, clutter=0.02):
 
 
 def _problem(u, coords, groups, n_test, seed=1, basis=None):
-    grams = allocator.group_grams(u, groups, basis)
-    cross, noise = allocator.sample_noise_grams(grams, groups.sizes, np.random.default_rng(seed))
+    grams = proxy.group_grams(u, groups, basis)
+    cross, noise = proxy.sample_noise_grams(grams, groups.sizes, np.random.default_rng(seed))
     n = len(u)
-    return allocator.ProxyProblem(grams, cross, noise, coords, np.arange(n - n_test), np.arange(n - n_test, n), np.asarray(groups.sizes))
+    return proxy.ProxyProblem(grams, cross, noise, coords, np.arange(n - n_test), np.arange(n - n_test, n), np.asarray(groups.sizes))
 
 
 def _ridge_mse(x, coords, train, test, alpha):
@@ -69,10 +69,10 @@ def test_the_noisy_gram_of_a_given_draw_is_the_ridge_on_those_noised_traces():
     z = rng.standard_normal((60, D))
     sigma = rng.uniform(0.01, 0.05, size=(60, 2))  # Per trace and group.
     # The blocks of this very draw (E_g = z on group g's coordinates).
-    grams = allocator.group_grams(u, groups)
+    grams = proxy.group_grams(u, groups)
     cross = np.stack([(u[:, ids == g] @ z[:, ids == g].T) for g in range(2)]).astype(np.float64)
     noise = np.stack([(z[:, ids == g] @ z[:, ids == g].T) for g in range(2)])
-    problem = allocator.ProxyProblem(grams, cross, noise, coords, np.arange(45), np.arange(45, 60), np.asarray(groups.sizes))
+    problem = proxy.ProxyProblem(grams, cross, noise, coords, np.arange(45), np.arange(45, 60), np.asarray(groups.sizes))
     x = u.astype(np.float64) + z * sigma[:, ids]
     for alpha in (1e-3, 0.1):
         got = float(problem.heldout_mse(problem.noisy_gram(sigma), alpha))
@@ -93,11 +93,11 @@ def test_the_closed_form_matches_a_monte_carlo_ridge_on_noised_traces():
     train, test, alpha, draws = np.arange(60), np.arange(60, 80), 0.05, 300
     rng = np.random.default_rng(7)
     explicit = [_ridge_mse(u + rng.standard_normal((80, D)) * sigma[:, ids], coords, train, test, alpha) for _ in range(draws)]
-    grams = allocator.group_grams(u, groups)
+    grams = proxy.group_grams(u, groups)
     closed = []
     for k in range(draws):
-        cross, noise = allocator.sample_noise_grams(grams, groups.sizes, np.random.default_rng([11, k]))
-        problem = allocator.ProxyProblem(grams, cross, noise, coords, train, test, np.asarray(groups.sizes))
+        cross, noise = proxy.sample_noise_grams(grams, groups.sizes, np.random.default_rng([11, k]))
+        problem = proxy.ProxyProblem(grams, cross, noise, coords, train, test, np.asarray(groups.sizes))
         closed.append(float(problem.heldout_mse(problem.noisy_gram(sigma), alpha)))
     err = 3 * np.sqrt(np.var(explicit) / draws + np.var(closed) / draws)
     assert abs(np.mean(closed) - np.mean(explicit)) < err, (np.mean(closed), np.mean(explicit), err)
@@ -110,14 +110,14 @@ def test_the_proxy_reads_a_leaking_group_and_noise_there_hides_it():
     u, coords = _leaky_traces()
     problem = _problem(u, coords, groups, n_test=40)
     quiet = np.full((160, 2), 1e-4)
-    l_clean, choice = allocator.proxy_step(problem, quiet)
+    l_clean, choice = proxy.proxy_step(problem, quiet)
     assert float(l_clean) < 0.3 and np.isfinite(choice[1])
     leak_noised = np.tile([[0.2, 1e-4]], (160, 1))
     rest_noised = np.tile([[1e-4, 0.2]], (160, 1))
-    assert float(allocator.proxy_step(problem, leak_noised)[0]) > 0.8
-    assert float(allocator.proxy_step(problem, rest_noised)[0]) < 0.4
+    assert float(proxy.proxy_step(problem, leak_noised)[0]) > 0.8
+    assert float(proxy.proxy_step(problem, rest_noised)[0]) < 0.4
     # Never worse than the constant guess.
-    assert float(allocator.proxy_step(problem, np.full((160, 2), 10.0))[0]) <= 1.0 + 1e-12
+    assert float(proxy.proxy_step(problem, np.full((160, 2), 10.0))[0]) <= 1.0 + 1e-12
 
 
 def test_an_allocator_step_moves_weight_toward_the_leaking_group():
@@ -132,7 +132,7 @@ def test_an_allocator_step_moves_weight_toward_the_leaking_group():
     def loss_fn(eta):
         w = budget_lib.masked_softmax(allocator_net.logits(eta, summaries), groups.sizes)
         _, sigma = budget_lib.allocate(w, budget, groups.sizes)
-        l_proxy, _ = allocator.proxy_step(problem, sigma)
+        l_proxy, _ = proxy.proxy_step(problem, sigma)
         return -tf.cast(l_proxy, tf.float32), {"w": w, "proxy": l_proxy}
 
     _, start = loss_fn(eta)
@@ -157,7 +157,7 @@ def test_subspace_grams_split_the_total():
     basis, _ = np.linalg.qr(rng.standard_normal((D, 12)))
     groups = SubspaceGroups(tuple(SHAPES), (8, 4), basis=basis.astype(np.float32))
     u = rng.standard_normal((30, D)).astype(np.float32)
-    grams = allocator.group_grams(u, groups, groups.basis)
+    grams = proxy.group_grams(u, groups, groups.basis)
     np.testing.assert_allclose(grams.sum(0), u.astype(np.float64) @ u.T.astype(np.float64), rtol=1e-4, atol=1e-3)
     coef = u.astype(np.float64) @ groups.basis[:, 8:]
     np.testing.assert_allclose(grams[1], coef @ coef.T, rtol=1e-4, atol=1e-4)

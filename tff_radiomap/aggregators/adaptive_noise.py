@@ -42,7 +42,6 @@ import tensorflow as tf
 from tff_radiomap.aggregators.client_perturbation import ClientPerturbationFactory
 from tff_radiomap.aggregators.subspace_noise import SubspaceNoiseFactory
 from tff_radiomap.privacy import allocator_net
-from tff_radiomap.privacy import budget as budget_lib
 from tff_radiomap.privacy.groups import SubspaceGroups
 
 
@@ -105,9 +104,7 @@ class AdaptiveGroupNoiseFactory(ClientPerturbationFactory):
 
     def allocation(self, extras, summary, groups):
         """(weights [G], energy [G], sigma [G]) for a summary vector (Eqs. (13)-(16))."""
-        w = budget_lib.masked_softmax(allocator_net.logits(extras["eta"], summary), groups.sizes)
-        energy, sigma = budget_lib.allocate(w, self.budget(groups), groups.sizes, self.sigma_min)
-        return w, energy, sigma
+        return allocator_net.allocation(extras["eta"], summary, groups.sizes, self.budget(groups), self.sigma_min)
 
     def _summary(self, extras, flat, group_ids, groups):
         fraction = tf.minimum(tf.cast(extras["round_index"], tf.float32) / self.total_rounds, 1.0)
@@ -182,8 +179,8 @@ class AdaptiveSubspaceNoiseFactory(AdaptiveGroupNoiseFactory):
 
     def _sigmas(self, extras, rows, basis):
         """[M, G] sigma of flat clipped uploads [M, d] (rows; with the floor, already noised)."""
-        w = budget_lib.masked_softmax(allocator_net.logits(extras["eta"], self._summaries(extras, rows, basis)), self.groups.sizes)
-        return budget_lib.allocate(w, self.budget(self.groups), self.groups.sizes, self.sigma_min)[1]
+        summaries = self._summaries(extras, rows, basis)
+        return allocator_net.allocation(extras["eta"], summaries, self.groups.sizes, self.budget(self.groups), self.sigma_min)[2]
 
     def _subspace_noise(self, sigma, basis, z_s, z_r):
         """sum_g sigma_g V_g z_g + sigma_res (I - V V^T) z_r for rows of sigma [M, G], z_s [M, K], z_r [M, d]."""

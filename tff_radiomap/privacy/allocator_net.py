@@ -22,6 +22,8 @@ import collections
 import numpy as np
 import tensorflow as tf
 
+from tff_radiomap.privacy import budget as budget_lib
+
 
 def summary_size(num_groups: int) -> int:
     return 4 * num_groups + 3
@@ -155,3 +157,12 @@ def logits(eta, summary):
     h = tf.tanh(tf.matmul(s, eta["w1"]) + eta["b1"])
     out = tf.matmul(h, eta["w2"]) + eta["b2"]
     return out[0] if squeeze else out
+
+
+def allocation(eta, summary, group_sizes, budget: float, sigma_min: float = 0.0):
+    """Eqs. (13)-(16): logits a = f_eta(s), weights w = softmax over the non-empty groups, energies
+    E_g = B w_g (above the floor d_g sigma_min^2) and sigma_g = sqrt(E_g / d_g). Returns
+    (w, energy, sigma), each [G] for a summary [4G+3] or [N, G] for [N, 4G+3]."""
+    w = budget_lib.masked_softmax(logits(eta, summary), group_sizes)
+    energy, sigma = budget_lib.allocate(w, budget, group_sizes, sigma_min)
+    return w, energy, sigma
