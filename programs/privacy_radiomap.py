@@ -12,7 +12,7 @@ resumes after the last finished round. See
 `tff_radiomap.experiments.privacy_radiomap` for what is trained.
 """
 
-import math
+import dataclasses
 import os
 
 from programs import console
@@ -24,7 +24,6 @@ from absl import app, flags, logging  # noqa: E402
 from programs import common  # noqa: E402
 from tff_radiomap.experiments import privacy_figures  # noqa: E402
 from tff_radiomap.experiments import privacy_radiomap as experiment  # noqa: E402
-from tff_radiomap.models import radiounet  # noqa: E402
 
 FLAGS = flags.FLAGS
 _DEFAULTS = experiment.ExperimentConfig(data_root="")
@@ -77,42 +76,17 @@ flags.DEFINE_bool("overwrite", False, "Delete the results already in --output_di
 flags.DEFINE_string("inject_nan_client", "", "Test hook: ROUND:CLIENT gives client CLIENT NaN inputs in round ROUND; its update must be zeroed and counted in nonfinite_updates.")
 
 
-def validate() -> None:
-    """Every flag against what it may be: exit 2 naming the first bad one."""
-    common.require(FLAGS.defense in experiment.DEFENSES, "defense", FLAGS.defense, f"one of {sorted(experiment.DEFENSES)}")
-    common.require(not FLAGS.centralised or FLAGS.defense == "none", "defense", FLAGS.defense, "'none' with --centralised")
-    common.require(FLAGS.rounds >= 1, "rounds", FLAGS.rounds, "an integer >= 1")
-    stage1 = FLAGS.rounds // 2 if FLAGS.stage1_rounds is None else FLAGS.stage1_rounds
-    common.require(0 <= stage1 <= FLAGS.rounds, "stage1_rounds", stage1, f"an integer in 0..{FLAGS.rounds}")
-    common.require(FLAGS.clients >= 1, "clients", FLAGS.clients, "an integer >= 1")
-    common.require(1 <= FLAGS.clients_per_round <= FLAGS.clients, "clients_per_round", FLAGS.clients_per_round, f"an integer in 1..{FLAGS.clients}")
-    common.require(FLAGS.local_epochs >= 1, "local_epochs", FLAGS.local_epochs, "an integer >= 1")
-    common.require(FLAGS.batch_size >= 1, "batch_size", FLAGS.batch_size, "an integer >= 1")
-    common.require(math.isfinite(FLAGS.width) and FLAGS.width > 0, "width", FLAGS.width, "a positive multiplier")
-    try:
-        radiounet.RadioUNetConfig(resolution=FLAGS.resolution, width=FLAGS.width)
-    except ValueError as exc:  # "resolution=36: expected ..." names the flag.
-        common.fail(f"--{exc}")
-    common.require(math.isfinite(FLAGS.clip_norm) and FLAGS.clip_norm > 0, "clip_norm", FLAGS.clip_norm, "a positive number")
-    common.require(math.isfinite(FLAGS.noise_multiplier) and FLAGS.noise_multiplier >= 0, "noise_multiplier", FLAGS.noise_multiplier, "a non-negative number")
-    common.require(math.isfinite(FLAGS.sigma_min) and FLAGS.sigma_min >= 0, "sigma_min", FLAGS.sigma_min, "a non-negative number")
-    common.require(FLAGS.attack_every >= 0, "attack_every", FLAGS.attack_every, "an integer >= 0")
-    common.require(FLAGS.attack_train_traces >= 10, "attack_train_traces", FLAGS.attack_train_traces, "an integer >= 10")
-    common.require(FLAGS.attack_test_traces >= 1, "attack_test_traces", FLAGS.attack_test_traces, "an integer >= 1")
-    common.require(math.isfinite(FLAGS.client_learning_rate) and FLAGS.client_learning_rate > 0, "client_learning_rate", FLAGS.client_learning_rate, "a positive number")
-    common.require(math.isfinite(FLAGS.server_learning_rate) and FLAGS.server_learning_rate > 0, "server_learning_rate", FLAGS.server_learning_rate, "a positive number")
-    common.require(FLAGS.seed >= 0, "seed", FLAGS.seed, "an integer >= 0")
+# ExperimentConfig fields whose flag has another name.
+FLAG_OF_FIELD = {"num_clients": "clients"}
+
+
+def validate(config: experiment.ExperimentConfig) -> None:
+    """The flags that the configuration's own checks do not cover: exit 2 naming the first bad one."""
     common.require(not (FLAGS.workers and FLAGS.centralised), "workers", FLAGS.workers, "'' with --centralised (no TFF)")
-    common.require(not FLAGS.centralised or FLAGS.client_placement == "tff", "client_placement", FLAGS.client_placement, "'tff' with --centralised (no clients)")
     common.worker_addresses(FLAGS.workers)
     common.require(
         FLAGS.defense != "subspace" or runtime_all_on_this_host(FLAGS.workers), "workers", FLAGS.workers,
         "workers on this machine with --defense=subspace (the clients read the basis from this machine's run folder)",
-    )
-    injection = FLAGS.inject_nan_client.split(":") if FLAGS.inject_nan_client else ["1", "0"]
-    common.require(
-        len(injection) == 2 and all(p.isdigit() for p in injection) and 1 <= int(injection[0]) <= FLAGS.rounds and int(injection[1]) < FLAGS.clients,
-        "inject_nan_client", FLAGS.inject_nan_client, f"ROUND:CLIENT with ROUND in 1..{FLAGS.rounds} and CLIENT in 0..{FLAGS.clients - 1}",
     )
 
 
@@ -123,50 +97,57 @@ def runtime_all_on_this_host(spec: str) -> bool:
 
 
 def _config() -> experiment.ExperimentConfig:
-    validate()
-    stage1 = FLAGS.rounds // 2 if FLAGS.stage1_rounds is None else FLAGS.stage1_rounds
+    """The run's configuration from the flags: its own checks are the flags' (a ValueError
+    "field=value: expected ..." becomes exit 2 naming the flag), then the folders are resolved
+    (the default data set is generated only for a valid configuration)."""
+    fields = dict(
+        data_root=FLAGS.data_root or "",
+        resolution=FLAGS.resolution,
+        width=FLAGS.width,
+        stage2_output=FLAGS.stage2_output,
+        rounds=FLAGS.rounds,
+        stage1_rounds=FLAGS.rounds // 2 if FLAGS.stage1_rounds is None else FLAGS.stage1_rounds,
+        num_clients=FLAGS.clients,
+        clients_per_round=FLAGS.clients_per_round,
+        local_epochs=FLAGS.local_epochs,
+        batch_size=FLAGS.batch_size,
+        client_optimizer=FLAGS.client_optimizer,
+        client_learning_rate=FLAGS.client_learning_rate,
+        server_optimizer=FLAGS.server_optimizer,
+        server_learning_rate=FLAGS.server_learning_rate,
+        seed=FLAGS.seed,
+        defense=FLAGS.defense,
+        centralised=FLAGS.centralised,
+        clip_norm=FLAGS.clip_norm,
+        noise_multiplier=FLAGS.noise_multiplier,
+        sigma_min=FLAGS.sigma_min,
+        fresh_noise=FLAGS.fresh_noise,
+        attack_every=FLAGS.attack_every,
+        attack_train_traces=FLAGS.attack_train_traces,
+        attack_test_traces=FLAGS.attack_test_traces,
+        inject_nan_client=FLAGS.inject_nan_client,
+        adaptive_partition=FLAGS.adaptive_partition,
+        subspace_share=FLAGS.subspace_share,
+        basis_positions=FLAGS.basis_positions,
+        basis_k_per_map=FLAGS.basis_k_per_map,
+        basis_blocks=FLAGS.basis_blocks,
+        basis_every=FLAGS.basis_every,
+        client_placement=FLAGS.client_placement,
+    )
+    try:
+        config = experiment.ExperimentConfig(**fields)
+    except ValueError as exc:  # "field=value: expected ...": the flag's name and what it may be.
+        field = str(exc).split("=", 1)[0]
+        common.fail(f"--{FLAG_OF_FIELD.get(field, field)}={str(exc).split('=', 1)[1]}")
+    validate(config)
     from tff_radiomap.data import default_set
 
-    data_root = common.data_root(FLAGS.data_root, default=default_set.ensure_default_dataset)
-    try:
-        return experiment.ExperimentConfig(
-            data_root=data_root,
-            resolution=FLAGS.resolution,
-            width=FLAGS.width,
-            stage2_output=FLAGS.stage2_output,
-            rounds=FLAGS.rounds,
-            stage1_rounds=stage1,
-            num_clients=FLAGS.clients,
-            clients_per_round=FLAGS.clients_per_round,
-            local_epochs=FLAGS.local_epochs,
-            batch_size=FLAGS.batch_size,
-            client_optimizer=FLAGS.client_optimizer,
-            client_learning_rate=FLAGS.client_learning_rate,
-            server_optimizer=FLAGS.server_optimizer,
-            server_learning_rate=FLAGS.server_learning_rate,
-            seed=FLAGS.seed,
-            defense=FLAGS.defense,
-            centralised=FLAGS.centralised,
-            clip_norm=FLAGS.clip_norm,
-            noise_multiplier=FLAGS.noise_multiplier,
-            sigma_min=FLAGS.sigma_min,
-            fresh_noise=FLAGS.fresh_noise,
-            attack_every=FLAGS.attack_every,
-            attack_train_traces=FLAGS.attack_train_traces,
-            attack_test_traces=FLAGS.attack_test_traces,
-            attack_extra_root=common.data_root(FLAGS.attack_extra_root, flag="attack_extra_root") or "",
-            inject_nan_client=FLAGS.inject_nan_client,
-            adaptive_partition=FLAGS.adaptive_partition,
-            subspace_share=FLAGS.subspace_share,
-            basis_positions=FLAGS.basis_positions,
-            basis_k_per_map=FLAGS.basis_k_per_map,
-            basis_blocks=FLAGS.basis_blocks,
-            basis_every=FLAGS.basis_every,
-            twin_root=common.data_root(FLAGS.twin_root, flag="twin_root") or "",
-            client_placement=FLAGS.client_placement,
-        )
-    except ValueError as exc:  # The config's own checks ("field=value: expected ..."); fields not
-        common.fail(f"--{exc}")  # checked above (the subspace defense's) have their flag's name.
+    return dataclasses.replace(
+        config,
+        data_root=common.data_root(FLAGS.data_root, default=default_set.ensure_default_dataset),
+        attack_extra_root=common.data_root(FLAGS.attack_extra_root, flag="attack_extra_root") or "",
+        twin_root=common.data_root(FLAGS.twin_root, flag="twin_root") or "",
+    )
 
 
 def _privacy_text(summary: dict) -> str:

@@ -44,7 +44,7 @@ CASES = {
         (["--defense=subspace", "--basis_every=0"], "--basis_every=0: expected an integer >= 1"),
         (["--defense=subspace", "--twin_root=" + MISSING], f"--twin_root='{MISSING}': expected an existing folder"),
         (["--defense=bogus"], "--defense='bogus': expected one of"),
-        (["--centralised", "--defense=uniform"], "--defense='uniform': expected 'none' with --centralised"),
+        (["--centralised", "--defense=uniform"], "--defense='uniform': expected 'none' with centralised"),
         (["--rounds=0"], "--rounds=0: expected an integer >= 1"),
         (["--rounds=4", "--stage1_rounds=5"], "--stage1_rounds=5: expected an integer in 0..4"),
         (["--resolution=36"], "--resolution=36: expected a multiple of"),
@@ -64,7 +64,7 @@ CASES = {
         (["--workers=nohost"], "--workers='nohost': --workers entry 'nohost': expected host:port"),
         (["extra"], "unexpected positional arguments ['extra']"),
         (["--client_placement=gpu"], "--client_placement=gpu: value should be one of <tff|in_process>"),
-        (["--centralised", "--client_placement=in_process"], "--client_placement='in_process': expected 'tff' with --centralised"),
+        (["--centralised", "--client_placement=in_process"], "--client_placement='in_process': expected 'tff' with centralised"),
         # The good set's 3 maps: 1 for validation, 1 for test, 1 for training, so one client at most.
         (["--clients=2"], "--clients=2: expected at most the 1 training maps of --data_root='{good}' (3 maps, 1 for validation, 1 for test)"),
     ],

@@ -85,17 +85,19 @@ class ExperimentConfig:
     def __post_init__(self):
         checks = [
             (self.rounds >= 1, "rounds", "an integer >= 1"),
-            (0 <= self.stage1_rounds <= self.rounds, "stage1_rounds", f"an integer in 0..rounds={self.rounds}"),
+            (0 <= self.stage1_rounds <= self.rounds, "stage1_rounds", f"an integer in 0..{self.rounds}"),
             (self.num_clients >= 1, "num_clients", "an integer >= 1"),
-            (1 <= self.clients_per_round <= self.num_clients, "clients_per_round", f"1..num_clients={self.num_clients}"),
+            (1 <= self.clients_per_round <= self.num_clients, "clients_per_round", f"an integer in 1..{self.num_clients}"),
             (self.local_epochs >= 1, "local_epochs", "an integer >= 1"),
             (self.batch_size >= 1, "batch_size", "an integer >= 1"),
             (self.client_optimizer in ("adam", "sgd"), "client_optimizer", "'adam' or 'sgd'"),
             (self.server_optimizer in ("adam", "sgd"), "server_optimizer", "'adam' or 'sgd'"),
-            (self.client_learning_rate > 0, "client_learning_rate", "a positive number"),
-            (self.server_learning_rate > 0, "server_learning_rate", "a positive number"),
+            (math.isfinite(self.client_learning_rate) and self.client_learning_rate > 0, "client_learning_rate", "a positive number"),
+            (math.isfinite(self.server_learning_rate) and self.server_learning_rate > 0, "server_learning_rate", "a positive number"),
+            (self.seed >= 0, "seed", "an integer >= 0"),
+            (math.isfinite(self.width) and self.width > 0, "width", "a positive multiplier"),
             (self.defense in DEFENSES, "defense", f"one of {sorted(DEFENSES)}"),
-            (not self.centralised or self.defense == "none", "defense", "'none' for the centralised reference"),
+            (not self.centralised or self.defense == "none", "defense", "'none' with centralised"),
             (math.isfinite(self.clip_norm) and self.clip_norm > 0, "clip_norm", "a positive number"),
             (math.isfinite(self.noise_multiplier) and self.noise_multiplier >= 0, "noise_multiplier", "a non-negative number"),
             (math.isfinite(self.sigma_min) and self.sigma_min >= 0, "sigma_min", "a non-negative number"),
@@ -111,7 +113,7 @@ class ExperimentConfig:
             (self.attack_train_traces >= 10, "attack_train_traces", "an integer >= 10"),
             (self.attack_test_traces >= 1, "attack_test_traces", "an integer >= 1"),
             (self.client_placement in radiounet_process.CLIENT_PLACEMENTS, "client_placement", f"one of {radiounet_process.CLIENT_PLACEMENTS}"),
-            (not self.centralised or self.client_placement == "tff", "client_placement", "'tff' for the centralised reference (no clients)"),
+            (not self.centralised or self.client_placement == "tff", "client_placement", "'tff' with centralised (no clients)"),
         ]
         for ok, name, expected in checks:
             if not ok:
