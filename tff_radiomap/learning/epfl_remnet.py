@@ -36,7 +36,8 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_radiomap.aggregators import SymmetricQuantizationFactory, TopKFactory, wire
-from tff_radiomap.learning import epfl_steps, local_model as local_lib
+from tff_radiomap.learning import epfl_steps, optimizers
+from tff_radiomap.learning import local_model as local_lib
 from tff_radiomap.models import remnet
 
 CLIENT_WEIGHTINGS = ("uniform", "num_examples")
@@ -110,9 +111,7 @@ def upload_bytes_per_client(factory, value_type) -> int:
 
 
 def client_optimizer(config: EpflRemnetConfig):
-    if config.client_optimizer == "sgd":
-        return tff.learning.optimizers.build_sgdm(learning_rate=config.client_learning_rate)
-    return tff.learning.optimizers.build_adam(learning_rate=config.client_learning_rate)
+    return optimizers.build_optimizer(config.client_optimizer, config.client_learning_rate)
 
 
 # ---------------------------------------------------------------------------------------------

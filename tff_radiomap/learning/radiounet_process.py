@@ -31,6 +31,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_radiomap.models import phases
+from tff_radiomap.learning.optimizers import build_optimizer  # noqa: F401 (callers build theirs here)
 from tff_radiomap.learning import client_work, keras_wrap, local_training, state_packing
 from tff_radiomap.models.phases import NetworkWeights, Phase
 from tff_radiomap.models import radiounet
@@ -266,17 +267,6 @@ def build_fedsgd_process(
         {Phase.JOINT: process}, lambda r: Phase.JOINT, initial, {Phase.JOINT: as_weighted(model_aggregator)[1]},
         data_by_reference, client_placement,
     )
-
-
-def build_optimizer(name: str, learning_rate: float) -> tff.learning.optimizers.Optimizer:
-    """'adam' or 'sgd' (plain, no momentum) from `tff.learning.optimizers`."""
-    if not learning_rate > 0:
-        raise ValueError(f"learning_rate={learning_rate!r}: expected > 0")
-    if name == "adam":
-        return tff.learning.optimizers.build_adam(learning_rate)
-    if name == "sgd":
-        return tff.learning.optimizers.build_sgdm(learning_rate)
-    raise ValueError(f"optimizer {name!r}: expected 'adam' or 'sgd'")
 
 
 def uploaded_update_type(process: tff.learning.templates.LearningProcess) -> tff.types.Type:
