@@ -39,6 +39,7 @@ import dp_accounting
 import numpy as np
 import tensorflow as tf
 
+from tff_radiomap import seeds as seeds_lib
 from tff_radiomap.aggregators.client_perturbation import ClientPerturbationFactory
 from tff_radiomap.aggregators.subspace_noise import SubspaceNoiseFactory
 from tff_radiomap.privacy import allocator_net
@@ -238,7 +239,7 @@ class AdaptiveSubspaceNoiseFactory(AdaptiveGroupNoiseFactory):
         def draw(i, shape):
             if seeds is None:
                 return tf.random.normal(shape)
-            return tf.map_fn(lambda p: tf.random.stateless_normal(shape[1:], seed=tf.stack([p[0], p[1] * 1000003 + i])), seeds, fn_output_signature=tf.float32)
+            return tf.map_fn(lambda p: tf.random.stateless_normal(shape[1:], seed=seeds_lib.fold_in(p, i)), seeds, fn_output_signature=tf.float32)
 
         return self._privatize_rows(extras, rows, basis, draw)
 

@@ -41,6 +41,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_radiomap import seeds as seeds_lib
 from tff_radiomap.aggregators import weighting
 from tff_radiomap.privacy import budget as budget_lib
 from tff_radiomap.privacy.groups import ParameterGroups
@@ -196,11 +197,11 @@ class ClientPerturbationFactory(tff.aggregators.UnweightedAggregationFactory, tf
         extras = tf.nest.map_structure(tf.convert_to_tensor, extras)
         clipped, _ = self._clip([tf.convert_to_tensor(t, tf.float32) for t in flat])
         seeds = None
-        if seed is not None:  # An int s gives the per-tensor seeds [s, i]; a pair (a, b) [a, b * 1000003 + i].
+        if seed is not None:  # An int s gives the per-tensor seeds [s, i]; a pair (a, b) seeds.fold_in((a, b), i).
             seed = tf.cast(tf.convert_to_tensor(seed), tf.int64)
             if seed.shape.rank == 0:
                 seed = tf.stack([seed, tf.constant(0, tf.int64)])
-            seeds = [tf.stack([seed[0], seed[1] * 1000003 + i]) for i in range(2 * len(flat))]
+            seeds = [seeds_lib.fold_in(seed, i) for i in range(2 * len(flat))]
         return self._perturb(extras, clipped, [tf.constant(a) for a in groups.ids], groups, seeds)
 
     # -- the TFF process ----------------------------------------------------------------------
@@ -253,7 +254,7 @@ class ClientPerturbationFactory(tff.aggregators.UnweightedAggregationFactory, tf
             seeds = None
             if "seed" in extras:
                 salt = _update_hash(clipped)
-                seeds = [tf.stack([tf.bitwise.bitwise_xor(extras["seed"][0], salt), extras["seed"][1] * 1000003 + i]) for i in range(2 * len(flat))]
+                seeds = [seeds_lib.fold_in((tf.bitwise.bitwise_xor(extras["seed"][0], salt), extras["seed"][1]), i) for i in range(2 * len(flat))]
             noised, sigma = defense._perturb(extras, clipped, ids, groups, seeds)
             after = tf.linalg.global_norm(clipped)
             measurements = collections.OrderedDict(

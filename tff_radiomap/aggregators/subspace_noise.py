@@ -26,6 +26,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from tff_radiomap import seeds as seeds_lib
 from tff_radiomap.aggregators.client_perturbation import ClientPerturbationFactory
 from tff_radiomap.privacy.groups import SubspaceGroups
 
@@ -125,10 +126,10 @@ class SubspaceNoiseFactory(ClientPerturbationFactory):
         if seeds is None:
             z_s = tf.random.normal([tf.shape(uploads)[0], k]) * column_sigma
             z_r = tf.random.normal(tf.shape(uploads)) * sigma[-1]
-        else:  # The per-tensor seeds of `privatize`: [a, b * 1000003 + i], i = 0 (z_s) and 1 (z_r).
+        else:  # The per-tensor seeds of `privatize`: seeds.fold_in((a, b), i), i = 0 (z_s) and 1 (z_r).
             seeds = tf.cast(seeds, tf.int64)
-            z_s = tf.map_fn(lambda p: tf.random.stateless_normal([k], seed=tf.stack([p[0], p[1] * 1000003])), seeds, fn_output_signature=tf.float32) * column_sigma
-            z_r = tf.map_fn(lambda p: tf.random.stateless_normal([d], seed=tf.stack([p[0], p[1] * 1000003 + 1])), seeds, fn_output_signature=tf.float32) * sigma[-1]
+            z_s = tf.map_fn(lambda p: tf.random.stateless_normal([k], seed=seeds_lib.fold_in(p, 0)), seeds, fn_output_signature=tf.float32) * column_sigma
+            z_r = tf.map_fn(lambda p: tf.random.stateless_normal([d], seed=seeds_lib.fold_in(p, 1)), seeds, fn_output_signature=tf.float32) * sigma[-1]
         residual = z_r - tf.matmul(tf.matmul(z_r, basis), basis, transpose_b=True)
         return clipped + tf.matmul(z_s, basis, transpose_b=True) + residual, sigma
 

@@ -21,22 +21,23 @@ import numpy as np
 import tensorflow as tf
 
 from tff_radiomap.data import radiomapseer
+from tff_radiomap import seeds as seeds_lib
 
 # Stream ids keep the random streams of different purposes independent for the same seed.
-_SAMPLING, _SHUFFLE, _CENTRAL = 1, 2, 3
+_SAMPLING, _SHUFFLE, _CENTRAL = seeds_lib.CLIENT_SAMPLING, seeds_lib.SHUFFLE, seeds_lib.CENTRAL_SHUFFLE
 
 
 def sample_clients(seed: int, round_num: int, num_clients: int, clients_per_round: int) -> np.ndarray:
     """Sorted ids of the clients taking part in `round_num`."""
     if not 1 <= clients_per_round <= num_clients:
         raise ValueError(f"clients_per_round={clients_per_round}: expected 1..{num_clients}")
-    rng = np.random.default_rng([seed, _SAMPLING, round_num])
+    rng = seeds_lib.generator(seed, _SAMPLING, round_num)
     return np.sort(rng.choice(num_clients, clients_per_round, replace=False))
 
 
 def epoch_order(n: int, seed: int, round_num: int, stream: int, index: int, epochs: int) -> np.ndarray:
     """`epochs` concatenated permutations of range(n), a pure function of its arguments."""
-    rng = np.random.default_rng([seed, stream, round_num, index])
+    rng = seeds_lib.generator(seed, stream, round_num, index)
     return np.concatenate([rng.permutation(n) for _ in range(epochs)]) if n else np.zeros(0, np.int64)
 
 

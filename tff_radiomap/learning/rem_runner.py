@@ -32,6 +32,7 @@ from tff_radiomap.learning import epfl_remnet
 from tff_radiomap.learning import local_model as local_lib
 from tff_radiomap.metrics.rem_accuracy import RemAccuracy, rem_accuracy
 from tff_radiomap.runtime import nan_injection, run_folder
+from tff_radiomap import seeds as seeds_lib
 
 MEGABYTE = 1e6  # Uplink is reported in MB = 10^6 bytes.
 
@@ -255,7 +256,7 @@ def run_experiment(
     data, n_max = padded_client_data(scenario, pad_to)
     data_type = epfl_remnet.client_data_type(n_max, scenario.num_features, scenario.num_outputs)
     process, layout = _process_for(method, data_type, n_max, run.seed, processes, run.client_placement)
-    store = ClientStateStore({i: epfl_remnet.initial_client_state(method.config, layout, seed=run.seed * 1000 + i) for i in range(len(data))})
+    store = ClientStateStore({i: epfl_remnet.initial_client_state(method.config, layout, seed=seeds_lib.client_seed(run.seed, i)) for i in range(len(data))})
     server_state = process.initialize()
     evaluate = Evaluator(method.local, layout, scenario)
 

@@ -21,6 +21,7 @@ from tff_radiomap.data.rem_points import RemScenario
 from tff_radiomap.learning import epfl_stacked, rem_runner
 from tff_radiomap.metrics.rem_accuracy import RemAccuracy, rem_accuracy
 from tff_radiomap.runtime import run_folder
+from tff_radiomap import seeds as seeds_lib
 
 ENGINE = "stacked"
 CSV_FIELDS = ["round", "train_loss", "uploads", "uplink_bytes", "cum_uplink_mb", "round_s", "val_micro_rmse", "val_macro_rmse"]
@@ -116,7 +117,7 @@ def run_stacked(run_dir: str, scenario: RemScenario, method: rem_runner.Method, 
             return json.load(f)
     data = stacked_data(scenario, pad_to)
     process = _process_for(method, processes)
-    state = process.initial_state(len(scenario.clients), [run.seed * 1000 + i for i in range(len(scenario.clients))], model_seed=run.seed)
+    state = process.initial_state(len(scenario.clients), [seeds_lib.client_seed(run.seed, i) for i in range(len(scenario.clients))], model_seed=run.seed)
     evaluate = StackedEvaluator(process, scenario, data)
     csv_path, ckpt_path = os.path.join(run_dir, "metrics.csv"), os.path.join(run_dir, "checkpoint.npz")
     meta = {"round": -1, "cum_uplink_bytes": 0, "wall_s": 0.0}

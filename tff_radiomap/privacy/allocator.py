@@ -43,6 +43,7 @@ from tff_radiomap.privacy import allocator_net
 from tff_radiomap.privacy import budget as budget_lib
 from tff_radiomap.privacy import leakage_basis, proxy
 from tff_radiomap.privacy.groups import SubspaceGroups
+from tff_radiomap import seeds as seeds_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,7 +112,7 @@ class AllocatorTrainer:
     def buffer(self, num_samples: int) -> tuple[np.ndarray, np.ndarray]:
         """(train, held-out) sample indices of the proxy's buffer: fixed by the seed, every round."""
         n = min(self.config.buffer_traces, num_samples)
-        pick = np.random.default_rng([self.config.seed, 14]).permutation(num_samples)[:n]
+        pick = seeds_lib.generator(self.config.seed, seeds_lib.ALLOCATOR_BUFFER).permutation(num_samples)[:n]
         n_te = max(1, int(round(self.config.heldout_fraction * n)))
         return np.sort(pick[n_te:]), np.sort(pick[:n_te])
 
@@ -206,7 +207,7 @@ class AllocatorTrainer:
         if not np.all(np.isfinite(uploads)):
             return None
         grams = proxy.group_grams(uploads, self.groups, self._basis())
-        cross, noise = proxy.sample_noise_grams(grams, self.sizes, np.random.default_rng([self.config.seed, round_index, 20]))
+        cross, noise = proxy.sample_noise_grams(grams, self.sizes, seeds_lib.generator(self.config.seed, round_index, seeds_lib.NOISE_GRAMS))
         targets = samples["coords_m"][order] / self.config.map_size_m
         n_tr = len(train)
         problem = proxy.ProxyProblem(grams, cross, noise, targets, np.arange(n_tr), np.arange(n_tr, len(order)), self.sizes)
@@ -238,7 +239,7 @@ class AllocatorTrainer:
         uniform_energy = self.budget * self.sizes / self.sizes.sum()
         probe_energy = np.maximum(np.mean(energy0.numpy(), axis=0), 0.01 * uniform_energy)
         h = order[: cfg.harm_samples]
-        harm = self.harm_per_energy(model, tf.constant(samples["x"][h]), tf.constant(samples["y"][h]), probe_energy, [cfg.seed, round_index, 21])
+        harm = self.harm_per_energy(model, tf.constant(samples["x"][h]), tf.constant(samples["y"][h]), probe_energy, [cfg.seed, round_index, seeds_lib.HARM_PROBES])
 
         t_harm = time.monotonic()
 

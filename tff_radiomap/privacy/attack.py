@@ -34,6 +34,7 @@ import dataclasses
 
 import numpy as np
 import tensorflow as tf
+from tff_radiomap import seeds as seeds_lib
 
 
 
@@ -223,7 +224,7 @@ class TraceCollector:
         seeds = None
         if seed is not None:
             # Sample i, step s: [seed0, seed1 * 2^20 + 8 i + s] (distinct for up to 131072 samples, 8 steps).
-            seeds = np.stack([np.full(len(x), seed[0]), seed[1] * 2**20 + 8 * np.arange(len(x))], axis=1).astype(np.int64)
+            seeds = np.stack([np.full(len(x), seed[0]), seed[1] * seeds_lib.SAMPLE_STRIDE + 8 * np.arange(len(x))], axis=1).astype(np.int64)
         traces = self._traces_fn(x, y, extras, seeds is not None)
         out = [
             traces(

@@ -1,0 +1,38 @@
+"""Every derived seed of the package, in one place.
+
+Randomness is stateless: a random stream is named by a path of integers (the run's seed, then what
+the stream is for: a purpose id, a round, a client, a tensor...), so that a resumed run draws what
+an uninterrupted one drew and two purposes never share a stream. numpy streams take the path
+directly (`generator`); TensorFlow's stateless ops take a pair of int64, into which a longer path
+is folded by fixed strides (`fold_in`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# Purpose ids of numpy streams drawn from the run's seed.
+CLIENT_SAMPLING, SHUFFLE, CENTRAL_SHUFFLE = 1, 2, 3
+ALLOCATOR_BUFFER, NOISE_GRAMS, HARM_PROBES = 14, 20, 21
+
+# Strides of `fold_in`: [a, b * stride + i] keeps i's streams apart for i < stride.
+TENSOR_STRIDE = 1000003  # The 2 x (number of tensors) noise draws of one upload.
+SAMPLE_STRIDE = 2**20  # The attack's samples: [a, b * SAMPLE_STRIDE + 8 i + s] for sample i, step s < 8.
+CLIENT_STRIDE = 1000  # Per-client model seeds of EPFL-REMNet: seed * CLIENT_STRIDE + client.
+
+
+def generator(*path: int) -> np.random.Generator:
+    """The numpy stream named by `path` (the run's seed first)."""
+    return np.random.default_rng(list(path))
+
+
+def fold_in(pair, i, stride: int = TENSOR_STRIDE):
+    """The stateless TensorFlow seed [a, b * stride + i] of draw i under the pair (a, b)."""
+    import tensorflow as tf
+
+    return tf.stack([pair[0], pair[1] * stride + i])
+
+
+def client_seed(seed: int, client: int) -> int:
+    """A client's own model seed (EPFL-REMNet's private heads), seed * CLIENT_STRIDE + client."""
+    return seed * CLIENT_STRIDE + client
