@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 
+from tff_radiomap.data import propagation
 from tff_radiomap.data import encoding, synthetic
 
 
@@ -27,7 +28,7 @@ def main():
         rng = np.random.default_rng(synthetic.map_seed(123, m))
         buildings = synthetic.generate_city(rng, args.size)
         t0 = time.perf_counter()
-        prop = synthetic.MapPropagation(buildings)
+        prop = propagation.MapPropagation(buildings)
         per_map.append(time.perf_counter() - t0)
         for tx in synthetic.place_transmitters(rng, buildings, args.transmitters):
             t0 = time.perf_counter()

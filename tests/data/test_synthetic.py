@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tff_radiomap.data import propagation
 from tff_radiomap.data import encoding, synthetic
 
 SMALL = synthetic.DatasetSpec(maps=2, transmitters=3, size=64, seed=7)
@@ -82,7 +83,7 @@ def test_interrupted_generation_completes_without_touching_finished_maps(small_r
 # -- physics -------------------------------------------------------------------------------
 def test_line_of_sight_is_free_space_and_falls_with_distance():
     empty = np.zeros((64, 64), bool)
-    gain = synthetic.MapPropagation(empty).gain_db((32, 10))
+    gain = propagation.MapPropagation(empty).gain_db((32, 10))
     row = gain[32, 11:]
     assert np.all(np.diff(row) < 0)
     d = np.arange(1, 54, dtype=float)
@@ -90,11 +91,11 @@ def test_line_of_sight_is_free_space_and_falls_with_distance():
 
 
 def test_a_wall_costs_signal_and_routing_beats_a_thick_block():
-    cfg = synthetic.PropagationConfig()
+    cfg = propagation.PropagationConfig()
     b = np.zeros((96, 96), bool)
     b[40:56, 30:34] = True  # A thin building between tx and receiver.
-    gain = synthetic.MapPropagation(b, cfg).gain_db((48, 10))
-    free = synthetic.MapPropagation(np.zeros_like(b), cfg).gain_db((48, 10))
+    gain = propagation.MapPropagation(b, cfg).gain_db((48, 10))
+    free = propagation.MapPropagation(np.zeros_like(b), cfg).gain_db((48, 10))
     behind = (48, 50)
     assert gain[behind] < free[behind] - 5.0, "a building in the way must cost signal"
     # Through two walls at most 2 * wall loss; routed around at least one corner loss.
@@ -102,7 +103,7 @@ def test_a_wall_costs_signal_and_routing_beats_a_thick_block():
     # Far behind a thick block, the street-routed path (around the corners) dominates.
     thick = np.zeros((96, 96), bool)
     thick[30:66, 30:70] = True
-    g2 = synthetic.MapPropagation(thick, cfg).gain_db((48, 10))
+    g2 = propagation.MapPropagation(thick, cfg).gain_db((48, 10))
     direct_walls = free[48, 80] - 2 * cfg.wall_loss_db
     assert g2[48, 80] >= direct_walls - 1e-6
     assert g2[48, 80] < free[48, 80] - cfg.corner_loss_db + 1e-6
@@ -112,7 +113,7 @@ def test_a_wall_costs_signal_and_routing_beats_a_thick_block():
 def test_shadowed_side_of_a_street_corner_is_weaker_than_the_lit_side():
     b = np.zeros((96, 96), bool)
     b[0:40, 0:40] = True  # An L-shaped street corner.
-    gain = synthetic.MapPropagation(b).gain_db((60, 20))
+    gain = propagation.MapPropagation(b).gain_db((60, 20))
     lit, shadow = gain[60, 70], gain[20, 60]
     assert lit > -120 and shadow < lit
 
@@ -124,6 +125,6 @@ def test_path_through_one_more_corner_equals_the_broadcast_minimum():
     to_corner = rng.uniform(0, 50, size=7)
     live = np.array([1, 0, 1, 1, 0, 1, 1], bool)
     expected = np.min(to_corner[live, None, None] + reach[live], axis=0)
-    got = synthetic._min_over_corners(to_corner, reach, np.flatnonzero(live))
+    got = propagation._min_over_corners(to_corner, reach, np.flatnonzero(live))
     assert got.dtype == expected.dtype == np.float64
     np.testing.assert_array_equal(got, expected)

@@ -21,15 +21,16 @@ import re
 import numpy as np
 from PIL import Image
 
+from tff_radiomap.data import propagation
 from tff_radiomap.data import encoding, synthetic
 
 TWIN_FILE = "twin_spec.json"
 
 
-def simulate(buildings: np.ndarray, positions, config: synthetic.PropagationConfig = synthetic.PropagationConfig(), seed: int = 0) -> np.ndarray:
+def simulate(buildings: np.ndarray, positions, config: propagation.PropagationConfig = propagation.PropagationConfig(), seed: int = 0) -> np.ndarray:
     """Gray-level gain maps uint8 [P, S, S] of transmitters at `positions` [(row, col)] on `buildings`."""
-    propagation = synthetic.MapPropagation(np.asarray(buildings, bool), config, seed=seed)
-    return np.stack([encoding.gain_db_to_gray(propagation.gain_db(tuple(p))) for p in positions])
+    model = propagation.MapPropagation(np.asarray(buildings, bool), config, seed=seed)
+    return np.stack([encoding.gain_db_to_gray(model.gain_db(tuple(p))) for p in positions])
 
 
 def _map_ids(root: str) -> list[int]:
@@ -98,7 +99,7 @@ def ensure_twin(
     out_root: str | None = None,
     min_distance: int = 4,
     workers: int = 1,
-    config: synthetic.PropagationConfig = synthetic.PropagationConfig(),
+    config: propagation.PropagationConfig = propagation.PropagationConfig(),
 ) -> str:
     """Writes (or completes) the twin of every map of `data_root`; returns its root.
 
