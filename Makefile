@@ -31,6 +31,8 @@ demo: $(STAMP)
 	$(PY) -m programs.demo $(DEMO_ARGS)
 
 test: $(STAMP)
+	$(VENV)/bin/ruff check --no-cache .
+	$(VENV)/bin/ruff format --check --no-cache .
 	$(PY) -m pytest -q tests -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 bench: $(STAMP)

@@ -19,7 +19,5 @@ NAME = "fedavg"
 
 def fedavg(base: EpflRemnetConfig) -> Method:
     """FedAvg with `base`'s model size and local training."""
-    config = dataclasses.replace(
-        base, split_head=False, k_fraction=None, bits=None, sync_period=1, ema_decay=0.0, client_weighting="num_examples"
-    )
+    config = dataclasses.replace(base, split_head=False, k_fraction=None, bits=None, sync_period=1, ema_decay=0.0, client_weighting="num_examples")
     return Method(NAME, config, local_model.remnet_local_model(config.model, split_head=False))

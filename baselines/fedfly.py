@@ -72,9 +72,7 @@ def split_step(config: remnet.RemNetConfig):
 
 
 def fedfly(base: EpflRemnetConfig) -> Method:
-    config = dataclasses.replace(
-        base, split_head=False, k_fraction=None, bits=None, sync_period=1, ema_decay=0.0, client_weighting="num_examples"
-    )
+    config = dataclasses.replace(base, split_head=False, k_fraction=None, bits=None, sync_period=1, ema_decay=0.0, client_weighting="num_examples")
     whole = local_model.remnet_local_model(config.model, split_head=False)
     local = dataclasses.replace(whole, step=split_step(config.model), device_shared=device_variables, name="remnet_split")
     return Method(NAME, config, local)

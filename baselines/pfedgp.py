@@ -95,7 +95,5 @@ def pfedgp_local_model(config: remnet.RemNetConfig) -> local_model.LocalModel:
 
 
 def pfedgp(base: EpflRemnetConfig) -> Method:
-    config = dataclasses.replace(
-        base, split_head=False, k_fraction=None, bits=None, sync_period=1, ema_decay=0.0, client_weighting="num_examples"
-    )
+    config = dataclasses.replace(base, split_head=False, k_fraction=None, bits=None, sync_period=1, ema_decay=0.0, client_weighting="num_examples")
     return Method(NAME, config, pfedgp_local_model(config.model))

@@ -35,7 +35,12 @@ def main():
     parser.add_argument("--test_traces", type=int, default=256)
     parser.add_argument("--no_attack", action="store_true", help="(b), (d) only")
     parser.add_argument("--attacks", default="Uniform,Subspace 0.5,Adaptive (learned)", help="Which defenses (c) attacks")
-    parser.add_argument("--pretrain_steps", type=int, default=0, help="Centralised Adam steps (batch 64) on the pool before probing: a stand-in for a later round's model, where the leak has opened")
+    parser.add_argument(
+        "--pretrain_steps",
+        type=int,
+        default=0,
+        help="Centralised Adam steps (batch 64) on the pool before probing: a stand-in for a later round's model, where the leak has opened",
+    )
     args = parser.parse_args()
 
     import tensorflow as tf  # noqa: F401
@@ -80,7 +85,9 @@ def main():
     if os.path.exists(cached):
         basis = np.load(cached)
     else:
-        basis, _ = leakage_basis.leakage_basis(leakage_basis.UploadCollector(model, optimizer, local_training.local_updates).collect(tw["x"][keep], tw["y"][keep]), tw["map_id"][keep], 8)
+        basis, _ = leakage_basis.leakage_basis(
+            leakage_basis.UploadCollector(model, optimizer, local_training.local_updates).collect(tw["x"][keep], tw["y"][keep]), tw["map_id"][keep], 8
+        )
         np.save(cached, basis)
     shapes = tuple(tuple(int(s) for s in v.shape) for v in model.trainable_variables)
     groups = groups_lib.SubspaceGroups(shapes, leakage_basis.block_sizes(basis.shape[1], args.blocks), basis=basis)
@@ -105,8 +112,10 @@ def main():
         l_uniform, choice = proxy.proxy_step(problem, np.full((n, g), nu))
         l_none, choice_none = proxy.proxy_step(problem, np.full((n, g), 1e-6))
         share = proxy.proxy_step(problem, np.tile(SubspaceNoiseFactory(1.0, nu, groups, share=0.5).sigmas()[None], (n, 1)))[0]
-        print(f"(a) L_proxy: no noise {float(l_none):.3f} ({choice_none[0]}), Uniform {float(l_uniform):.3f} ({choice[0]}), Subspace 0.5 {float(share):.3f}"
-              f"  [{len(problem.train)} train / {len(problem.test)} held-out traces]")
+        print(
+            f"(a) L_proxy: no noise {float(l_none):.3f} ({choice_none[0]}), Uniform {float(l_uniform):.3f} ({choice[0]}), Subspace 0.5 {float(share):.3f}"
+            f"  [{len(problem.train)} train / {len(problem.test)} held-out traces]"
+        )
         extras = adaptive.initial_extras()
         history = []
         for r in range(args.rounds):
@@ -114,11 +123,17 @@ def main():
             history.append(dict(m, seconds=trainer.last_seconds.get("total", float("nan"))))
             extras = dict(extras, eta=eta, round_index=np.int32(extras["round_index"] + 1))
             weights = " ".join(f"{m[f'weight_{name}']:.4f}" for name in groups.names)
-            print(f"  round {r + 1:2d}: L_proxy {m.get('proxy_loss_start', float('nan')):.3f} -> {m.get('proxy_loss', float('nan')):.3f}, "
-                  f"L_task {m.get('task_loss', float('nan')):.3f}, w [{weights}], {trainer.last_seconds.get('total', float('nan')):.1f} s")
+            print(
+                f"  round {r + 1:2d}: L_proxy {m.get('proxy_loss_start', float('nan')):.3f} -> {m.get('proxy_loss', float('nan')):.3f}, "
+                f"L_task {m.get('task_loss', float('nan')):.3f}, w [{weights}], {trainer.last_seconds.get('total', float('nan')):.1f} s"
+            )
             if r == 0:
-                print("    harm per energy " + " ".join(f"{m.get(f'harm_per_energy_{name}', float('nan')):.3g}" for name in groups.names)
-                      + "; seconds " + " ".join(f"{k} {v:.1f}" for k, v in trainer.last_seconds.items()))
+                print(
+                    "    harm per energy "
+                    + " ".join(f"{m.get(f'harm_per_energy_{name}', float('nan')):.3g}" for name in groups.names)
+                    + "; seconds "
+                    + " ".join(f"{k} {v:.1f}" for k, v in trainer.last_seconds.items())
+                )
         start = np.array(groups.sizes) / groups.num_coordinates
         end = np.array([history[-1][f"weight_{name}"] for name in groups.names])
         print(f"(b) w start (Uniform) {np.round(start, 4).tolist()} -> end {np.round(end, 4).tolist()}; max |dw| {np.max(np.abs(end - start)):.4f}")

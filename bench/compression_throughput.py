@@ -86,10 +86,7 @@ def main(argv):
                     times[label].append(time.perf_counter() - t0)
             t_ours, t_np = statistics.median(times["ours"]), statistics.median(times["numpy"])
             ratio = statistics.median(a / b for a, b in zip(times["ours"], times["numpy"]))
-            print(
-                f"  {d:9,d} {name:15s} {t_ours * 1e6:9.0f} {t_np * 1e6:9.0f} "
-                f"{d / t_ours / 1e6:11.1f} {d / t_np / 1e6:12.1f} {ratio:10.2f}"
-            )
+            print(f"  {d:9,d} {name:15s} {t_ours * 1e6:9.0f} {t_np * 1e6:9.0f} {d / t_ours / 1e6:11.1f} {d / t_np / 1e6:12.1f} {ratio:10.2f}")
 
 
 if __name__ == "__main__":

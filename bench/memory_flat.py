@@ -86,13 +86,17 @@ def main(argv):
     after = [per_round[r] for r in rounds if r > 5]
     growth = 100.0 * (max(after) - base) / base
     print(f"  peak (VmHWM): Python {_peak_rss(me.pid) / MB:.1f} MiB, worker {_peak_rss(worker.pid) / MB:.1f} MiB")
-    print(f"  after round 5: largest {max(after) / MB:.1f} MiB, median {statistics.median(after) / MB:.1f} MiB; growth over round 5: {growth:+.1f}% (target < 10%)")
+    print(
+        f"  after round 5: largest {max(after) / MB:.1f} MiB, median {statistics.median(after) / MB:.1f} MiB; growth over round 5: {growth:+.1f}% (target < 10%)"
+    )
     # The switch to stage 2 loads the stage-2 computations once: growth within each phase apart.
     switch = FLAGS.rounds // 2 + 1
     for first, last, label in ((5, switch - 1, "stage 1"), (switch + 4, rounds[-1], "stage 2")):
         if first in per_round and last in per_round and last > first:
             within = max(per_round[r] for r in rounds if first < r <= last)
-            print(f"  {label}, rounds {first}..{last}: largest {within / MB:.1f} MiB, growth over round {first}: {100.0 * (within - per_round[first]) / per_round[first]:+.1f}%")
+            print(
+                f"  {label}, rounds {first}..{last}: largest {within / MB:.1f} MiB, growth over round {first}: {100.0 * (within - per_round[first]) / per_round[first]:+.1f}%"
+            )
 
 
 if __name__ == "__main__":

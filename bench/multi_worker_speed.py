@@ -42,8 +42,13 @@ def main(argv):
         config = radiounet.RadioUNetConfig(64, 0.25)
         initial = phases.initial_weights(config, 0)
         process = radiounet_process.build_two_stage_process(
-            config, initial, 10**6, radiounet_process.build_optimizer("adam", 1e-3),
-            radiounet_process.build_optimizer("sgd", 1.0), batch_size=BATCH, data_by_reference=True,
+            config,
+            initial,
+            10**6,
+            radiounet_process.build_optimizer("adam", 1e-3),
+            radiounet_process.build_optimizer("sgd", 1.0),
+            batch_size=BATCH,
+            data_by_reference=True,
         )
         data = random_clients(config, FLAGS.clients, FLAGS.samples)
         states = {"one worker": process.initialize(), f"{FLAGS.workers} workers": process.initialize()}

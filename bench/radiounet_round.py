@@ -70,9 +70,7 @@ class PlainRound:
             for v, w in zip(model.trainable_variables, self.global_weights):
                 v.assign(w)
             state = local_training.initial_optimizer_state(self.optimizer, model)
-            _, _, count = local_training.train_epochs_on_tensors(
-                model, self.optimizer, state, client["x"], client["y"], self.batch_size
-            )
+            _, _, count = local_training.train_epochs_on_tensors(model, self.optimizer, state, client["x"], client["y"], self.batch_size)
             updates.append([w - v for w, v in zip(self.global_weights, model.trainable_variables)])
             weights.append(tf.cast(count, tf.float32))
         total = tf.add_n(weights)
@@ -103,10 +101,7 @@ def main(argv):
     variants = {"tff": dict(batch_size=FLAGS.batch_size, data_by_reference=True)}
     if FLAGS.reference:
         variants.update(tff_datasets=dict(batch_size=FLAGS.batch_size), tff_reduce={})
-    processes = {
-        name: radiounet_process.build_two_stage_process(config, initial, stage1_rounds, adam, sgd, **kwargs)
-        for name, kwargs in variants.items()
-    }
+    processes = {name: radiounet_process.build_two_stage_process(config, initial, stage1_rounds, adam, sgd, **kwargs) for name, kwargs in variants.items()}
     states = {name: p.initialize() for name, p in processes.items()}
     plain = PlainRound(config, phase, initial, FLAGS.clients, FLAGS.batch_size)
 

@@ -58,7 +58,9 @@ def main(argv):
     data, _ = rem_runner.padded_client_data(scenario)
     base = epfl_remnet.EpflRemnetConfig()
     epfl = remnet_methods.method("epfl_remnet", base)
-    print(f"{len(data)} clients, {sum(c.num_train for c in scenario.clients)} training samples, model {base.model.backbone_units}, E={base.local_epochs}, B={base.batch_size}")
+    print(
+        f"{len(data)} clients, {sum(c.num_train for c in scenario.clients)} training samples, model {base.model.backbone_units}, E={base.local_epochs}, B={base.batch_size}"
+    )
     print(f"local training only, in-process: {statistics.median(local_only(epfl, data) for _ in range(3)):.2f} s per round")
     for name in ("epfl_remnet", "pfl_uncompressed", "fedavg"):
         times = tff_rounds(remnet_methods.method(name, base), data, FLAGS.rounds)

@@ -36,8 +36,13 @@ def round_seconds(resolution: int, width: float, clients: int, samples: int, rou
     config = radiounet.RadioUNetConfig(resolution, width)
     initial = phases.initial_weights(config, 0)
     process = radiounet_process.build_two_stage_process(
-        config, initial, 10**6, radiounet_process.build_optimizer("adam", 1e-3), radiounet_process.build_optimizer("sgd", 1.0),
-        batch_size=BATCH, data_by_reference=True,
+        config,
+        initial,
+        10**6,
+        radiounet_process.build_optimizer("adam", 1e-3),
+        radiounet_process.build_optimizer("sgd", 1.0),
+        batch_size=BATCH,
+        data_by_reference=True,
     )
     data = random_clients(config, clients, samples)
     state = process.initialize()

@@ -37,7 +37,11 @@ from tff_radiomap.runtime import run_folder  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("scenario", "heavy", "light | medium | heavy.")
-flags.DEFINE_string("method", "epfl_remnet", "epfl_remnet, a baseline (fedavg, fedfly, pfedgp, pfl_uncompressed, fedrep, ditto; the last two with --client_placement=stacked) or an ablation (no_split_head, no_sync, no_top_k, no_quantization, no_ema).")
+flags.DEFINE_string(
+    "method",
+    "epfl_remnet",
+    "epfl_remnet, a baseline (fedavg, fedfly, pfedgp, pfl_uncompressed, fedrep, ditto; the last two with --client_placement=stacked) or an ablation (no_split_head, no_sync, no_top_k, no_quantization, no_ema).",
+)
 flags.DEFINE_string("test_split", "random", "How each client's validation and test pixels are held out: random | block (whole spatial blocks of its cell).")
 flags.DEFINE_integer("rounds", 30, "Communication rounds.")
 flags.DEFINE_integer("clients_per_round", 90, "Clients trained per round (of 90).")
@@ -55,15 +59,23 @@ flags.DEFINE_integer("map_id", 0, "Map of --data_root whose transmitters 0..3 ar
 flags.DEFINE_integer("eval_every", 5, "Evaluate every this many rounds (and after the last).")
 flags.DEFINE_integer("checkpoint_every", 5, "Save server and client states every this many rounds (and after the last); a killed run resumes from there.")
 flags.DEFINE_string("out", "runs/epfl_remnet", "Output folder.")
-flags.DEFINE_string("workers", "", "host:port,... of TFF workers (python -m programs.start_worker) to split each round's clients across; default: one local worker.")
+flags.DEFINE_string(
+    "workers", "", "host:port,... of TFF workers (python -m programs.start_worker) to split each round's clients across; default: one local worker."
+)
 flags.DEFINE_enum(
-    "client_placement", "tff", ["tff", "in_process", "stacked"],
+    "client_placement",
+    "tff",
+    ["tff", "in_process", "stacked"],
     "Where the clients train: tff (the TFF worker, CPU) or in_process (this Python process, on a GPU if TensorFlow sees one); "
     "Top-K, quantization, aggregation and the server update are TFF computations either way. stacked: every client at once "
     "in one tf.function (epfl_stacked; what remnet_tables uses; no --workers, no --inject_nan_client). Same metrics to float tolerance.",
 )
 flags.DEFINE_bool("overwrite", False, "Delete the results already in --out/{scenario}/{method} (of any configuration) and start afresh.")
-flags.DEFINE_string("inject_nan_client", "", "Test hook: ROUND:CLIENT (0-based, as in metrics.csv) gives client CLIENT NaN inputs in round ROUND; its round must be dropped and counted in nonfinite_updates.")
+flags.DEFINE_string(
+    "inject_nan_client",
+    "",
+    "Test hook: ROUND:CLIENT (0-based, as in metrics.csv) gives client CLIENT NaN inputs in round ROUND; its round must be dropped and counted in nonfinite_updates.",
+)
 
 
 def validate() -> None:
@@ -72,7 +84,12 @@ def validate() -> None:
     common.require(FLAGS.test_split in rem_points.TEST_SPLITS, "test_split", FLAGS.test_split, f"one of {rem_points.TEST_SPLITS}")
     stacked_only = FLAGS.method in remnet_methods.STACKED_ONLY
     common.require(not stacked_only or FLAGS.client_placement == "stacked", "method", FLAGS.method, "--client_placement=stacked for FedRep and Ditto")
-    common.require(FLAGS.client_placement != "stacked" or not (FLAGS.workers or FLAGS.inject_nan_client), "client_placement", "stacked", "no --workers and no --inject_nan_client with it")
+    common.require(
+        FLAGS.client_placement != "stacked" or not (FLAGS.workers or FLAGS.inject_nan_client),
+        "client_placement",
+        "stacked",
+        "no --workers and no --inject_nan_client with it",
+    )
     common.require(FLAGS.rounds >= 1, "rounds", FLAGS.rounds, "an integer >= 1")
     common.require(1 <= FLAGS.clients_per_round <= 90, "clients_per_round", FLAGS.clients_per_round, "an integer in 1..90")
     common.require(FLAGS.local_epochs >= 1, "local_epochs", FLAGS.local_epochs, "an integer >= 1")
@@ -90,7 +107,9 @@ def validate() -> None:
     injection = FLAGS.inject_nan_client.split(":") if FLAGS.inject_nan_client else ["0", "0"]
     common.require(
         len(injection) == 2 and all(p.isdigit() for p in injection) and int(injection[0]) < FLAGS.rounds and int(injection[1]) < 90,
-        "inject_nan_client", FLAGS.inject_nan_client, f"ROUND:CLIENT with ROUND in 0..{FLAGS.rounds - 1} and CLIENT in 0..89",
+        "inject_nan_client",
+        FLAGS.inject_nan_client,
+        f"ROUND:CLIENT with ROUND in 0..{FLAGS.rounds - 1} and CLIENT in 0..89",
     )
     common.worker_addresses(FLAGS.workers)
     common.data_root(FLAGS.data_root)
@@ -121,8 +140,12 @@ def main(argv):
         common.fail(f"--data_root={FLAGS.data_root!r} --map_id={FLAGS.map_id}: {exc}")
     method = remnet_methods.method(FLAGS.method, base_config())
     run = rem_runner.RunConfig(
-        rounds=FLAGS.rounds, clients_per_round=FLAGS.clients_per_round, eval_every=FLAGS.eval_every, seed=FLAGS.seed,
-        checkpoint_every=FLAGS.checkpoint_every, inject_nan_client=FLAGS.inject_nan_client,
+        rounds=FLAGS.rounds,
+        clients_per_round=FLAGS.clients_per_round,
+        eval_every=FLAGS.eval_every,
+        seed=FLAGS.seed,
+        checkpoint_every=FLAGS.checkpoint_every,
+        inject_nan_client=FLAGS.inject_nan_client,
         client_placement="tff" if FLAGS.client_placement == "stacked" else FLAGS.client_placement,
     )
     run_dir = os.path.join(FLAGS.out, FLAGS.scenario, FLAGS.method)

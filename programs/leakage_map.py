@@ -29,8 +29,16 @@ from tff_radiomap.privacy import leakage  # noqa: E402
 
 FLAGS = flags.FLAGS
 _DEFAULTS = leakage.AuditConfig()
-flags.DEFINE_string("data_root", None, "RadioMapSeer-layout folder: the attacker's pool and the validation maps; default: the run's data root, else the cached default synthetic set.")
-flags.DEFINE_string("twin_root", None, "The defender's twin of the data root (the leakage basis); default: made once with --twin_positions positions per map beside the data cache. A folder without a twin_spec.json is read as it is.")
+flags.DEFINE_string(
+    "data_root",
+    None,
+    "RadioMapSeer-layout folder: the attacker's pool and the validation maps; default: the run's data root, else the cached default synthetic set.",
+)
+flags.DEFINE_string(
+    "twin_root",
+    None,
+    "The defender's twin of the data root (the leakage basis); default: made once with --twin_positions positions per map beside the data cache. A folder without a twin_spec.json is read as it is.",
+)
 flags.DEFINE_integer("twin_positions", 32, "Transmitter positions per map of a twin this program makes.")
 flags.DEFINE_string("run_dir", None, "A privacy_radiomap run folder; with --round, audit the model it broadcast in that round.")
 flags.DEFINE_integer("round", None, "Round of --run_dir whose broadcast model is audited (1: the initial weights).")
@@ -79,8 +87,16 @@ def audit_config() -> leakage.AuditConfig:
     common.require(FLAGS.attack_seed >= 0, "attack_seed", FLAGS.attack_seed, "an integer >= 0")
     common.require(FLAGS.phase in (1, 2), "phase", FLAGS.phase, "1 or 2")
     return leakage.AuditConfig(
-        partitions=partitions, train_traces=FLAGS.train_traces, test_traces=FLAGS.test_traces, k_per_map=FLAGS.k_per_map,
-        blocks=FLAGS.blocks, ks=ks, energies=energies, draws=FLAGS.draws, val_samples=FLAGS.val_samples, seed=FLAGS.attack_seed,
+        partitions=partitions,
+        train_traces=FLAGS.train_traces,
+        test_traces=FLAGS.test_traces,
+        k_per_map=FLAGS.k_per_map,
+        blocks=FLAGS.blocks,
+        ks=ks,
+        energies=energies,
+        draws=FLAGS.draws,
+        val_samples=FLAGS.val_samples,
+        seed=FLAGS.attack_seed,
     )
 
 

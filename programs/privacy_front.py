@@ -70,8 +70,16 @@ flags.DEFINE_bool("report_only", False, "Write front.{csv,md,png} from the finis
 flags.DEFINE_bool("report", True, "Write the front once the runs have finished (--jobs children run with --noreport).")
 
 # ExperimentConfig fields that --set may not hold: the flag (or grid axis) that sets each.
-OWN_FLAG = {"data_root": "data_root", "rounds": "rounds", "attack_every": "attack_every", "clip_norm": "clip_norm",
-            "fresh_noise": "fresh_noise", "defense": "methods", "seed": "seeds", "noise_multiplier": "noise_multipliers"}
+OWN_FLAG = {
+    "data_root": "data_root",
+    "rounds": "rounds",
+    "attack_every": "attack_every",
+    "clip_norm": "clip_norm",
+    "fresh_noise": "fresh_noise",
+    "defense": "methods",
+    "seed": "seeds",
+    "noise_multiplier": "noise_multipliers",
+}
 
 
 def validate() -> dict:
@@ -102,7 +110,11 @@ def base_config(data_root: str, settings: dict):
     """The ExperimentConfig of every run (the grid sets defense, seed, noise_multiplier); exit 2
     naming --set if a run of the grid would not be a valid configuration."""
     fields = dict(
-        data_root=data_root, rounds=FLAGS.rounds, stage1_rounds=FLAGS.rounds // 2, attack_every=FLAGS.attack_every, clip_norm=FLAGS.clip_norm,
+        data_root=data_root,
+        rounds=FLAGS.rounds,
+        stage1_rounds=FLAGS.rounds // 2,
+        attack_every=FLAGS.attack_every,
+        clip_norm=FLAGS.clip_norm,
         fresh_noise=FLAGS.fresh_noise,
     )
     try:
@@ -134,7 +146,9 @@ def main(argv):
     base = base_config(root, settings)
 
     runs = privacy_front.grid(base, FLAGS.methods, _nus(), _seeds(), FLAGS.output_dir)
-    children, local, run_fn = common.privacy_runner(ChildRuns, functools.partial(child_command, data_root=root), FLAGS.jobs > 1 and len(runs) > 1, FLAGS.overwrite, FLAGS.jobs)
+    children, local, run_fn = common.privacy_runner(
+        ChildRuns, functools.partial(child_command, data_root=root), FLAGS.jobs > 1 and len(runs) > 1, FLAGS.overwrite, FLAGS.jobs
+    )
 
     # Finished runs (copied back from bench/, say) are read, not handed to a child.
     skip = None if FLAGS.overwrite else experiment.holds_finished_run
@@ -169,7 +183,14 @@ def _print(result: dict) -> None:
 
 def child_command(config, data_root: str) -> list[str]:
     """This program for one run of the front: every flag as given here, except those of the grid."""
-    per_run = {"output_dir": os.path.abspath(FLAGS.output_dir), "data_root": data_root, "methods": config.defense, "seeds": config.seed, "jobs": 1, "report": False}
+    per_run = {
+        "output_dir": os.path.abspath(FLAGS.output_dir),
+        "data_root": data_root,
+        "methods": config.defense,
+        "seeds": config.seed,
+        "jobs": 1,
+        "report": False,
+    }
     if config.defense not in privacy_front.NOISE_FREE:  # A noise-free run is one per seed whatever the grid.
         per_run["noise_multipliers"] = repr(config.noise_multiplier)
     module_flags = FLAGS.get_flags_for_module(sys.modules[__name__])

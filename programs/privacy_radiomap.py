@@ -31,7 +31,9 @@ flags.DEFINE_string("data_root", None, "RadioMapSeer-layout folder; default: the
 flags.DEFINE_integer("resolution", _DEFAULTS.resolution, "Side of the maps the model sees, in pixels.")
 flags.DEFINE_float("width", _DEFAULTS.width, "Width multiplier of RadioUNet's layer widths.")
 flags.DEFINE_enum(
-    "stage2_output", _DEFAULTS.stage2_output, ["linear", "relu"],
+    "stage2_output",
+    _DEFAULTS.stage2_output,
+    ["linear", "relu"],
     "Stage 2's output activation: linear (default; a ReLU output can die for good) or relu (the authors').",
 )
 flags.DEFINE_integer("rounds", _DEFAULTS.rounds, "Communication rounds R.")
@@ -56,24 +58,43 @@ flags.DEFINE_integer("attack_test_traces", _DEFAULTS.attack_test_traces, "Held-o
 flags.DEFINE_string(
     "attack_extra_root", None, "RadioMapSeer-layout folder of samples the observer simulated itself (its digital twin): more training traces for the attack."
 )
-flags.DEFINE_enum("adaptive_partition", _DEFAULTS.adaptive_partition, list(experiment.ADAPTIVE_PARTITIONS), "Adaptive defense: the groups it allocates over: 'paper' (the paper's mask groups) or 'leakage' (the twin's leakage-basis blocks and the residual, refreshed as for Subspace Noise by the --basis_* flags).")
-flags.DEFINE_float("subspace_share", _DEFAULTS.subspace_share, "Subspace Noise: share of the budget B in the twin's leakage subspace (the rest uniform on its complement).")
+flags.DEFINE_enum(
+    "adaptive_partition",
+    _DEFAULTS.adaptive_partition,
+    list(experiment.ADAPTIVE_PARTITIONS),
+    "Adaptive defense: the groups it allocates over: 'paper' (the paper's mask groups) or 'leakage' (the twin's leakage-basis blocks and the residual, refreshed as for Subspace Noise by the --basis_* flags).",
+)
+flags.DEFINE_float(
+    "subspace_share", _DEFAULTS.subspace_share, "Subspace Noise: share of the budget B in the twin's leakage subspace (the rest uniform on its complement)."
+)
 flags.DEFINE_integer("basis_positions", _DEFAULTS.basis_positions, "Subspace Noise: twin transmitter positions per map the leakage basis is estimated from.")
 flags.DEFINE_integer("basis_k_per_map", _DEFAULTS.basis_k_per_map, "Subspace Noise: leakage directions kept per map (the basis has maps x this many).")
 flags.DEFINE_integer("basis_blocks", _DEFAULTS.basis_blocks, "Subspace Noise: blocks the basis is split into (groups of the leakage partition).")
 flags.DEFINE_integer("basis_every", _DEFAULTS.basis_every, "Subspace Noise: refresh the basis at each phase's first round and every n rounds of it.")
-flags.DEFINE_string("twin_root", None, "Subspace Noise: the defender's twin (RadioMapSeer layout, the data's maps at other positions); default: simulated once from --data_root and cached.")
+flags.DEFINE_string(
+    "twin_root",
+    None,
+    "Subspace Noise: the defender's twin (RadioMapSeer layout, the data's maps at other positions); default: simulated once from --data_root and cached.",
+)
 flags.DEFINE_enum(
-    "client_placement", _DEFAULTS.client_placement, ["tff", "in_process"],
+    "client_placement",
+    _DEFAULTS.client_placement,
+    ["tff", "in_process"],
     "Where the clients train: tff (the TFF worker, CPU) or in_process (this Python process, on a GPU if TensorFlow sees one); "
     "aggregation, the defense and the server step are TFF computations either way. Same metrics to float tolerance.",
 )
 flags.DEFINE_bool("centralised", False, "Train the centralised reference (same model and sample passes, no federation).")
 flags.DEFINE_string("output_dir", None, "Results folder; default runs/privacy_radiomap/<defense>_s<seed>.")
 flags.DEFINE_bool("progress", True, "Show a progress bar.")
-flags.DEFINE_string("workers", "", "host:port,... of TFF workers (python -m programs.start_worker) to split each round's clients across; default: one local worker.")
+flags.DEFINE_string(
+    "workers", "", "host:port,... of TFF workers (python -m programs.start_worker) to split each round's clients across; default: one local worker."
+)
 flags.DEFINE_bool("overwrite", False, "Delete the results already in --output_dir (of any configuration) and start afresh.")
-flags.DEFINE_string("inject_nan_client", "", "Test hook: ROUND:CLIENT gives client CLIENT NaN inputs in round ROUND; its update must be zeroed and counted in nonfinite_updates.")
+flags.DEFINE_string(
+    "inject_nan_client",
+    "",
+    "Test hook: ROUND:CLIENT gives client CLIENT NaN inputs in round ROUND; its update must be zeroed and counted in nonfinite_updates.",
+)
 
 
 # ExperimentConfig fields whose flag has another name.
@@ -85,7 +106,9 @@ def validate(config: experiment.ExperimentConfig) -> None:
     common.require(not (FLAGS.workers and FLAGS.centralised), "workers", FLAGS.workers, "'' with --centralised (no TFF)")
     common.worker_addresses(FLAGS.workers)
     common.require(
-        FLAGS.defense != "subspace" or runtime_all_on_this_host(FLAGS.workers), "workers", FLAGS.workers,
+        FLAGS.defense != "subspace" or runtime_all_on_this_host(FLAGS.workers),
+        "workers",
+        FLAGS.workers,
         "workers on this machine with --defense=subspace (the clients read the basis from this machine's run folder)",
     )
 
@@ -200,8 +223,7 @@ def main(argv):
     logging.info("summary: %s", summary)
     print(
         f"{summary['defense']}: best validation MSE {summary['best_val_mse_db']:.2f} dB (round {summary['best_round']}), "
-        f"final {summary['final_val_mse_db']:.2f} dB after {summary['rounds']} rounds ({summary['train_seconds']:.0f} s of training)"
-        + _privacy_text(summary)
+        f"final {summary['final_val_mse_db']:.2f} dB after {summary['rounds']} rounds ({summary['train_seconds']:.0f} s of training)" + _privacy_text(summary)
     )
     print(f"results: {os.path.abspath(output_dir)} (metrics.csv, summary.json, config.json, {console.LOG_NAME}, tensorboard/)")
     for path in privacy_figures.paths(output_dir):

@@ -54,9 +54,18 @@ flags.DEFINE_integer(
 
 
 # ExperimentConfig fields that --set may not hold: the flag that sets each.
-OWN_FLAG = {"data_root": "data_root", "rounds": "rounds", "attack_every": "attack_every", "clip_norm": "clip_norm",
-            "noise_multiplier": "noise_multiplier", "fresh_noise": "fresh_noise", "server_optimizer": "server_optimizer",
-            "server_learning_rate": "server_learning_rate", "defense": "methods", "seed": "seeds"}
+OWN_FLAG = {
+    "data_root": "data_root",
+    "rounds": "rounds",
+    "attack_every": "attack_every",
+    "clip_norm": "clip_norm",
+    "noise_multiplier": "noise_multiplier",
+    "fresh_noise": "fresh_noise",
+    "server_optimizer": "server_optimizer",
+    "server_learning_rate": "server_learning_rate",
+    "defense": "methods",
+    "seed": "seeds",
+}
 
 
 def validate() -> dict:
@@ -69,7 +78,9 @@ def validate() -> dict:
     common.require(FLAGS.attack_every >= 1, "attack_every", FLAGS.attack_every, "an integer >= 1")
     common.require(math.isfinite(FLAGS.clip_norm) and FLAGS.clip_norm > 0, "clip_norm", FLAGS.clip_norm, "a positive number")
     common.require(math.isfinite(FLAGS.noise_multiplier) and FLAGS.noise_multiplier >= 0, "noise_multiplier", FLAGS.noise_multiplier, "a non-negative number")
-    common.require(math.isfinite(FLAGS.server_learning_rate) and FLAGS.server_learning_rate > 0, "server_learning_rate", FLAGS.server_learning_rate, "a positive number")
+    common.require(
+        math.isfinite(FLAGS.server_learning_rate) and FLAGS.server_learning_rate > 0, "server_learning_rate", FLAGS.server_learning_rate, "a positive number"
+    )
     common.require(FLAGS.jobs >= 1, "jobs", FLAGS.jobs, "an integer >= 1")
     return common.config_settings(FLAGS.set, OWN_FLAG)
 
@@ -83,8 +94,14 @@ def main(argv):
     common.require_writable_dir(FLAGS.output_dir, "output_dir")
     console.log_to(FLAGS.output_dir)  # INFO logging (the runs' release managers); warnings stay on stderr.
     fields = dict(
-        data_root=root, rounds=FLAGS.rounds, stage1_rounds=FLAGS.rounds // 2, attack_every=FLAGS.attack_every, clip_norm=FLAGS.clip_norm,
-        noise_multiplier=FLAGS.noise_multiplier, fresh_noise=FLAGS.fresh_noise, server_optimizer=FLAGS.server_optimizer,
+        data_root=root,
+        rounds=FLAGS.rounds,
+        stage1_rounds=FLAGS.rounds // 2,
+        attack_every=FLAGS.attack_every,
+        clip_norm=FLAGS.clip_norm,
+        noise_multiplier=FLAGS.noise_multiplier,
+        fresh_noise=FLAGS.fresh_noise,
+        server_optimizer=FLAGS.server_optimizer,
         server_learning_rate=FLAGS.server_learning_rate,
     )
     try:
@@ -99,7 +116,9 @@ def main(argv):
     def floors(config):
         return privacy_table.mse_floors(experiment.load_data(config))
 
-    children, local, run_fn = common.privacy_runner(ChildRuns, functools.partial(child_command, data_root=root), FLAGS.jobs > 1 and len(FLAGS.methods) * len(seeds) > 1, FLAGS.overwrite, FLAGS.jobs)
+    children, local, run_fn = common.privacy_runner(
+        ChildRuns, functools.partial(child_command, data_root=root), FLAGS.jobs > 1 and len(FLAGS.methods) * len(seeds) > 1, FLAGS.overwrite, FLAGS.jobs
+    )
 
     def table():
         return privacy_table.run_table(base, FLAGS.methods, seeds, FLAGS.output_dir, run_fn=run_fn, floors_fn=floors, jobs=FLAGS.jobs if children else 1)

@@ -51,10 +51,20 @@ flags.DEFINE_list("methods", list(remnet_tables.MAIN_METHODS), "Methods of the m
 flags.DEFINE_list("detail_splits", ["block"], "Splits on which the ablations and the Pareto grid run (may be empty).")
 flags.DEFINE_list("detail_scenarios", ["heavy"], "Scenarios on which the ablations and the Pareto grid run (may be empty).")
 flags.DEFINE_integer("rem_size", 256, "Map side of the built-in synthetic REM set (512: about 4x the pixels per client).")
-flags.DEFINE_integer("jobs", 1, "Runs trained at a time, each in its own child process (an interleaved share of the runs); the tables are written once all are done.")
+flags.DEFINE_integer(
+    "jobs", 1, "Runs trained at a time, each in its own child process (an interleaved share of the runs); the tables are written once all are done."
+)
 flags.DEFINE_string("shard", "", "I/N trains only the I-th of N interleaved shares of the runs and writes no tables (e.g. one share per machine).")
-flags.DEFINE_string("claims", "", "Internal (--jobs): folder in which the children claim runs (with --shard=I/N naming the child); each keeps to the configurations it has traced.")
-flags.DEFINE_bool("report_only", False, "Only write the tables and figures of the runs already finished in --out (no training); a partial table says how many seeds stand behind each row.")
+flags.DEFINE_string(
+    "claims",
+    "",
+    "Internal (--jobs): folder in which the children claim runs (with --shard=I/N naming the child); each keeps to the configurations it has traced.",
+)
+flags.DEFINE_bool(
+    "report_only",
+    False,
+    "Only write the tables and figures of the runs already finished in --out (no training); a partial table says how many seeds stand behind each row.",
+)
 flags.DEFINE_bool("tune", False, "Run the validation sweep (remnet_tuning.GRID) on --tune_scenario, block split, seed 0, and write tuning.csv/md; no tables.")
 flags.DEFINE_string("tune_scenario", "heavy", "Scenario of the validation sweep.")
 flags.DEFINE_integer("tune_rounds", 40, "Rounds of each sweep run.")
@@ -98,8 +108,18 @@ def tables_config():
     scenarios = _subset("scenarios", rem_points.SCENARIOS)
     splits = _subset("test_splits", rem_points.TEST_SPLITS)
     methods = _subset("methods", remnet_methods.EPFL_AND_BASELINES)
-    common.require({"epfl_remnet", "fedavg", "pfl_uncompressed"} <= set(methods), "methods", ",".join(methods), "a list holding epfl_remnet, fedavg and pfl_uncompressed (the checks)")
-    common.require(FLAGS.seeds and all(v.isdigit() for v in FLAGS.seeds) and len(set(FLAGS.seeds)) == len(FLAGS.seeds), "seeds", ",".join(FLAGS.seeds), "distinct integers >= 0")
+    common.require(
+        {"epfl_remnet", "fedavg", "pfl_uncompressed"} <= set(methods),
+        "methods",
+        ",".join(methods),
+        "a list holding epfl_remnet, fedavg and pfl_uncompressed (the checks)",
+    )
+    common.require(
+        FLAGS.seeds and all(v.isdigit() for v in FLAGS.seeds) and len(set(FLAGS.seeds)) == len(FLAGS.seeds),
+        "seeds",
+        ",".join(FLAGS.seeds),
+        "distinct integers >= 0",
+    )
     common.require(FLAGS.map_id >= 0, "map_id", FLAGS.map_id, "an integer >= 0")
     common.require(FLAGS.rem_size in (256, 512, 1024), "rem_size", FLAGS.rem_size, "256, 512 or 1024")
     common.data_root(FLAGS.data_root)
@@ -125,7 +145,11 @@ def tune(config) -> None:
     budget = remnet_tuning.round_budget(rows, chosen)
     last = [dict(r, chosen=r["label"] in chosen.values()) for r in rows if r["round"] == FLAGS.tune_rounds]
     remnet_tables.write_table(rows, os.path.join(FLAGS.out, "tuning_curves"), "Validation curves of the sweep")
-    remnet_tables.write_table(last, os.path.join(FLAGS.out, "tuning"), f"Validation sweep ({FLAGS.tune_scenario}, block split, seed 0, {FLAGS.tune_rounds} rounds); round budget {budget}")
+    remnet_tables.write_table(
+        last,
+        os.path.join(FLAGS.out, "tuning"),
+        f"Validation sweep ({FLAGS.tune_scenario}, block split, seed 0, {FLAGS.tune_rounds} rounds); round budget {budget}",
+    )
     with open(os.path.join(FLAGS.out, "tuning.md")) as f:
         print(f.read())
     print(f"chosen: {chosen}; round budget (every chosen method within 2% of its best validation RMSE): {budget}")
@@ -137,7 +161,10 @@ def _run_children(jobs: int) -> None:
     args = [a for a in sys.argv[1:] if not a.startswith(("--jobs", "--shard", "--claims", "--overwrite", "--nooverwrite"))]
     claims = tempfile.mkdtemp(prefix=".claims-", dir=FLAGS.out)  # Fresh per invocation: a killed one's claims do not count.
     try:
-        children = [subprocess.Popen([sys.executable, "-m", "programs.remnet_tables", *args, "--jobs=1", f"--shard={i}/{jobs}", f"--claims={claims}"]) for i in range(jobs)]
+        children = [
+            subprocess.Popen([sys.executable, "-m", "programs.remnet_tables", *args, "--jobs=1", f"--shard={i}/{jobs}", f"--claims={claims}"])
+            for i in range(jobs)
+        ]
         codes = [child.wait() for child in children]
     finally:
         shutil.rmtree(claims, ignore_errors=True)
@@ -159,7 +186,9 @@ def main(argv):
             return common.supervised(lambda: tune(config), runtime.install_local_context())
         if FLAGS.shard:
             shard = tuple(int(v) for v in FLAGS.shard.split("/"))
-            return common.supervised(lambda: remnet_tables.run_all(config, FLAGS.out, shard=shard, claims_dir=FLAGS.claims or None), runtime.install_local_context())
+            return common.supervised(
+                lambda: remnet_tables.run_all(config, FLAGS.out, shard=shard, claims_dir=FLAGS.claims or None), runtime.install_local_context()
+            )
         if FLAGS.jobs > 1 and not FLAGS.report_only:
             _run_children(FLAGS.jobs)
         if FLAGS.report_only or FLAGS.jobs > 1:

@@ -40,8 +40,7 @@ def main(argv):
     except (RuntimeError, TimeoutError) as exc:
         worker.stop()
         common.fail(f"--port={FLAGS.port}: {exc}", code=1)
-    print(f"TFF worker pid {worker.pid} listening on {socket.gethostname()}:{FLAGS.port} (all interfaces); "
-          f"log {worker.log_path}", flush=True)
+    print(f"TFF worker pid {worker.pid} listening on {socket.gethostname()}:{FLAGS.port} (all interfaces); log {worker.log_path}", flush=True)
     try:
         while not stop and worker.alive():
             time.sleep(0.2)

@@ -15,17 +15,11 @@ from tff_radiomap.privacy import attack, leakage
 
 def read(folder: str) -> leakage.AuditResult:
     with open(os.path.join(folder, "groups.csv")) as f:
-        rows = [
-            leakage.GroupRow(r["partition"], r["group"], int(r["size"]), *(float(r[k]) for k in leakage_map.GROUP_FIELDS[3:]))
-            for r in csv.DictReader(f)
-        ]
+        rows = [leakage.GroupRow(r["partition"], r["group"], int(r["size"]), *(float(r[k]) for k in leakage_map.GROUP_FIELDS[3:])) for r in csv.DictReader(f)]
     with open(os.path.join(folder, "audit.json")) as f:
         summary = json.load(f)
     with open(os.path.join(folder, "spectrum.csv")) as f:
-        curve = [
-            (int(r["k"]), attack.AttackResult(float(r["attack_rmse_m"]), summary["constant_rmse_m"], 0, 0, float("nan")))
-            for r in csv.DictReader(f)
-        ]
+        curve = [(int(r["k"]), attack.AttackResult(float(r["attack_rmse_m"]), summary["constant_rmse_m"], 0, 0, float("nan"))) for r in csv.DictReader(f)]
     return leakage.AuditResult(rows, curve, summary)
 
 

@@ -39,9 +39,7 @@ def test_matches_build_weighted_fed_avg(tff_runtime):
     )
     ref_state = reference.initialize()
     ref_state = reference.set_model_weights(ref_state, tff.learning.models.ModelWeights(trainable=list(layout.initial_shared), non_trainable=[]))
-    datasets = [
-        tf.data.Dataset.from_tensor_slices(collections.OrderedDict(x=c.x_train, y=c.y_train)).batch(4).repeat(2) for c in scenario.clients
-    ]
+    datasets = [tf.data.Dataset.from_tensor_slices(collections.OrderedDict(x=c.x_train, y=c.y_train)).batch(4).repeat(2) for c in scenario.clients]
     for _ in range(2):
         ref_state = reference.next(ref_state, datasets).state
     expected = reference.get_model_weights(ref_state).trainable

@@ -27,7 +27,17 @@ def test_head_only_training_leaves_the_body_untouched():
     state = process.initial_state(3, range(3))
     data = {k: tf.constant(v) for k, v in stacked_runner.stacked_data(tiny_scenario()).items()}
     params = {k: np.repeat(v[None], 3, 0) for k, v in state["shared"].items()} | state["private"]
-    trained, _ = epfl_stacked.local_train(method.config, params, process.stacked.private_keys, process._loss_fn(), data, tf.ones(3, tf.bool), tf.constant(state["seeds"]), tf.constant(0, tf.int64), 1)
+    trained, _ = epfl_stacked.local_train(
+        method.config,
+        params,
+        process.stacked.private_keys,
+        process._loss_fn(),
+        data,
+        tf.ones(3, tf.bool),
+        tf.constant(state["seeds"]),
+        tf.constant(0, tf.int64),
+        1,
+    )
     for k in process.layout.shared_keys:
         np.testing.assert_array_equal(trained[k], params[k])
     assert all(np.abs(trained[k] - params[k]).max() > 0 for k in process.stacked.private_keys)

@@ -50,11 +50,11 @@ def test_thresh_matches_the_authors_formula():
 def test_lower_resolution_is_area_averaged(root):
     full = rms.RadioMapSeer(rms.LoaderConfig(root=root, resolution=64))
     low = rms.RadioMapSeer(rms.LoaderConfig(root=root, resolution=32))
-    f, l = full.arrays([1]), low.arrays([1])
-    np.testing.assert_allclose(l["x"][0, ..., 0], f["x"][0, ..., 0].reshape(32, 2, 32, 2).mean((1, 3)), atol=1e-6)
-    np.testing.assert_allclose(l["y"][0, ..., 0], f["y"][0, ..., 0].reshape(32, 2, 32, 2).mean((1, 3)), atol=2e-3)
-    assert l["x"][0, ..., 1].sum() == 1.0
-    np.testing.assert_array_equal(l["coords_m"], f["coords_m"])  # meters do not depend on resolution
+    f, lo = full.arrays([1]), low.arrays([1])
+    np.testing.assert_allclose(lo["x"][0, ..., 0], f["x"][0, ..., 0].reshape(32, 2, 32, 2).mean((1, 3)), atol=1e-6)
+    np.testing.assert_allclose(lo["y"][0, ..., 0], f["y"][0, ..., 0].reshape(32, 2, 32, 2).mean((1, 3)), atol=2e-3)
+    assert lo["x"][0, ..., 1].sum() == 1.0
+    np.testing.assert_array_equal(lo["coords_m"], f["coords_m"])  # meters do not depend on resolution
 
 
 def test_dataset_pipeline(root):

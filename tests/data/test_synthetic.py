@@ -61,7 +61,7 @@ def test_cities_differ_from_map_to_map():
         layouts.append(b)
         assert 0.05 < b.mean() < 0.8
     assert np.std(fractions) > 0.01
-    assert all(not np.array_equal(layouts[0], l) for l in layouts[1:])
+    assert all(not np.array_equal(layouts[0], other) for other in layouts[1:])
 
 
 def test_other_spec_in_same_root_is_refused(small_root):

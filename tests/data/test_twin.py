@@ -42,7 +42,6 @@ def test_twin_of_a_missing_root_names_it(tmp_path):
         twin.ensure_twin(str(tmp_path / "nowhere"), positions=2, out_root=str(tmp_path / "t"))
 
 
-
 def test_a_second_writer_between_save_and_rename_leaves_both_files_whole(tmp_path, monkeypatch):
     # Two runs of a front starting together complete the same twin: writer B saves and renames the
     # same PNG while writer A is between its save and its rename. With one shared temporary name A's
@@ -65,6 +64,7 @@ def test_a_second_writer_between_save_and_rename_leaves_both_files_whole(tmp_pat
     synthetic._save_png(path, np.full((4, 4), 9))
     assert np.asarray(Image.open(path)).tolist() == np.full((4, 4), 9).tolist()  # A's rename came last.
     assert os.listdir(tmp_path) == ["0_0.png"]
+
 
 def test_only_a_dead_writers_temporaries_are_stale():
     assert synthetic._is_stale_temp("3_1.png.tmp.png")  # An older version's, without a pid.

@@ -21,8 +21,15 @@ def data_root(tmp_path_factory):
 def config(data_root):
     # 8 maps: 6 train maps over 3 clients, 2 a round; round 1 trains stage 1, rounds 2-3 stage 2.
     return experiment.ExperimentConfig(
-        data_root=data_root, resolution=32, width=0.25, rounds=3, stage1_rounds=1, num_clients=3,
-        clients_per_round=2, batch_size=4, client_learning_rate=3e-3,
+        data_root=data_root,
+        resolution=32,
+        width=0.25,
+        rounds=3,
+        stage1_rounds=1,
+        num_clients=3,
+        clients_per_round=2,
+        batch_size=4,
+        client_learning_rate=3e-3,
     )
 
 

@@ -44,8 +44,10 @@ def test_replay_counts_each_sampled_upload_of_both_stages_and_composes_like_dp_a
         assert acc.epsilon(k) == pytest.approx(direct, rel=1e-9)
     summary = pa.run_summary(acc)
     assert summary == {
-        "delta": 1e-5, "max_epsilon": max(acc.epsilon(k) for k in counts),
-        "clients_with_uploads": len(counts), "max_uploads_per_client": max(counts.values()),
+        "delta": 1e-5,
+        "max_epsilon": max(acc.epsilon(k) for k in counts),
+        "clients_with_uploads": len(counts),
+        "max_uploads_per_client": max(counts.values()),
     }
     assert pa.run_summary(pa.replay(dataclasses.replace(cfg, defense="directed")))["max_epsilon"] is None
     assert pa.run_summary(pa.replay(dataclasses.replace(cfg, defense="none")))["max_epsilon"] is None

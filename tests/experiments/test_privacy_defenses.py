@@ -59,9 +59,7 @@ def _pool(n=32, seed=0):
 
 
 def _datasets(pool):
-    return [
-        tf.data.Dataset.from_tensor_slices(collections.OrderedDict(x=pool["x"][i::3], y=pool["y"][i::3])).batch(4) for i in range(3)
-    ]
+    return [tf.data.Dataset.from_tensor_slices(collections.OrderedDict(x=pool["x"][i::3], y=pool["y"][i::3])).batch(4) for i in range(3)]
 
 
 def test_factories_per_phase():

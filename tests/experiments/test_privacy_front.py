@@ -83,9 +83,20 @@ def test_front_csv_holds_one_row_per_method_and_nu_with_means_over_seeds(runs):
         reader = csv.DictReader(f)
         rows = list(reader)
     assert reader.fieldnames == [
-        "method", "noise_multiplier", "seeds", "best_val_mse_db_mean", "best_val_mse_db_std", "final_attack_rmse_m_mean",
-        "final_attack_rmse_m_std", "mean_attack_rmse_m_mean", "constant_rmse_m", "max_epsilon",
-        "final_val_mse_db_mean", "final_val_mse_db_std", "late_attack_rmse_m_mean", "late_attack_rmse_m_std",
+        "method",
+        "noise_multiplier",
+        "seeds",
+        "best_val_mse_db_mean",
+        "best_val_mse_db_std",
+        "final_attack_rmse_m_mean",
+        "final_attack_rmse_m_std",
+        "mean_attack_rmse_m_mean",
+        "constant_rmse_m",
+        "max_epsilon",
+        "final_val_mse_db_mean",
+        "final_val_mse_db_std",
+        "late_attack_rmse_m_mean",
+        "late_attack_rmse_m_std",
     ]  # The columns of fronts written before max_epsilon, then it, the final MSE, the attacks after round 1.
     assert [(r["method"], float(r["noise_multiplier"]), int(r["seeds"])) for r in rows] == [("none", 0.0, 2), ("uniform", 0.01, 2)]
     assert [r["max_epsilon"] for r in rows] == ["", ""]  # Not known: these runs have no config.json.

@@ -263,7 +263,9 @@ def test_a_field_the_defense_does_not_read_does_not_tell_runs_apart(config, tmp_
         experiment._check_config(dataclasses.replace(config, defense="subspace", subspace_share=0.5), str(tmp_path / "uniform"))
     # The allocator's settings likewise tell only Adaptive runs apart (a front adds Adaptive rows
     # with --set=allocator_lambda_p=... beside runs saved without it).
-    assert experiment._check_config(dataclasses.replace(config, defense="uniform", allocator_lambda_p=100.0, adaptive_partition="leakage"), str(tmp_path / "uniform"))
+    assert experiment._check_config(
+        dataclasses.replace(config, defense="uniform", allocator_lambda_p=100.0, adaptive_partition="leakage"), str(tmp_path / "uniform")
+    )
     saved = dataclasses.asdict(dataclasses.replace(config, defense="adaptive"))
     os.makedirs(tmp_path / "adaptive")
     with open(tmp_path / "adaptive" / "config.json", "w") as f:

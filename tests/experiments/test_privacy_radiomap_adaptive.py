@@ -27,8 +27,16 @@ def adaptive_runs(tff_runtime, config, cached_trainers, tmp_path_factory):
     base = tmp_path_factory.mktemp("adaptive")
     twin_root = twin.ensure_twin(config.data_root, positions=4, out_root=str(base / "twin"))
     adaptive = dataclasses.replace(
-        config, defense="adaptive", adaptive_partition="leakage", twin_root=twin_root, basis_positions=4, basis_k_per_map=2,
-        attack_every=1, attack_steps=1, attack_train_traces=16, attack_test_traces=8,
+        config,
+        defense="adaptive",
+        adaptive_partition="leakage",
+        twin_root=twin_root,
+        basis_positions=4,
+        basis_k_per_map=2,
+        attack_every=1,
+        attack_steps=1,
+        attack_train_traces=16,
+        attack_test_traces=8,
     )
     runs = {name: str(base / name) for name in ("first", "resumed", "stopped")}
     with pytest.MonkeyPatch.context() as patch:

@@ -17,8 +17,17 @@ def test_subspace_run_refreshes_its_twin_basis_and_resumes_exactly(tff_runtime, 
     monkeypatch.setattr(experiment, "build_trainer", cached_trainers)  # The resume of `a` reuses its trainer (same basis file).
     twin_root = twin.ensure_twin(config.data_root, positions=4, out_root=str(tmp_path / "twin"))
     sub = dataclasses.replace(
-        config, defense="subspace", noise_multiplier=0.01, twin_root=twin_root, basis_positions=4, basis_k_per_map=2,
-        basis_every=2, attack_every=1, attack_steps=1, attack_train_traces=12, attack_test_traces=6,
+        config,
+        defense="subspace",
+        noise_multiplier=0.01,
+        twin_root=twin_root,
+        basis_positions=4,
+        basis_k_per_map=2,
+        basis_every=2,
+        attack_every=1,
+        attack_steps=1,
+        attack_train_traces=12,
+        attack_test_traces=6,
     )
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
     experiment.run(sub, a, progress=False, stop_after_round=2)

@@ -12,7 +12,14 @@ from tff_radiomap.learning.epfl_remnet import EpflRemnetConfig
 
 
 def _config(**overrides):
-    defaults = dict(base=EpflRemnetConfig(k_fraction=0.05, sync_period=2), scenarios=("light", "heavy"), seeds=(0, 1, 2), detail_scenarios=("heavy",), pareto_k_fractions=(0.01, 0.05), pareto_sync_periods=(1, 2))
+    defaults = dict(
+        base=EpflRemnetConfig(k_fraction=0.05, sync_period=2),
+        scenarios=("light", "heavy"),
+        seeds=(0, 1, 2),
+        detail_scenarios=("heavy",),
+        pareto_k_fractions=(0.01, 0.05),
+        pareto_sync_periods=(1, 2),
+    )
     return remnet_tables.TablesConfig(**{**defaults, **overrides})
 
 
@@ -48,11 +55,24 @@ def _fake_results(tmp_path, config):
             writer = csv.DictWriter(f, fieldnames=stacked_runner.CSV_FIELDS)
             writer.writeheader()
             for r in range(4):
-                writer.writerow({"round": r, "cum_uplink_mb": mb * (r + 1) / 4, "macro_rmse": macro + 4 - r if r % 2 else "", "val_macro_rmse": macro + 5 - r if r % 2 else ""})
+                writer.writerow(
+                    {
+                        "round": r,
+                        "cum_uplink_mb": mb * (r + 1) / 4,
+                        "macro_rmse": macro + 4 - r if r % 2 else "",
+                        "val_macro_rmse": macro + 5 - r if r % 2 else "",
+                    }
+                )
         per_client = list(rng.uniform(1, 8, 20))
         results[(planned.split, planned.seed, planned.scenario, planned.label)] = {
-            "micro_rmse": macro * 1.1, "macro_rmse": macro, "macro_mae": macro * 0.7, "cum_uplink_mb": mb,
-            "per_bs_rmse": [macro] * 4, "per_client_rmse": per_client, "run_dir": str(run_dir), "wall_s": 1.0,
+            "micro_rmse": macro * 1.1,
+            "macro_rmse": macro,
+            "macro_mae": macro * 0.7,
+            "cum_uplink_mb": mb,
+            "per_bs_rmse": [macro] * 4,
+            "per_client_rmse": per_client,
+            "run_dir": str(run_dir),
+            "wall_s": 1.0,
         }
     return results
 

@@ -1,6 +1,5 @@
 """The EPFL-REMNet process: what the server holds, what clients keep, what a sync round sends."""
 
-
 import numpy as np
 import pytest
 import tensorflow_federated as tff

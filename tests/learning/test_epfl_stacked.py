@@ -12,7 +12,11 @@ from tff_radiomap.learning import epfl_remnet, epfl_stacked, rem_runner
 
 def _stacked_data(scenario):
     data, _ = rem_runner.padded_client_data(scenario)
-    return {"x": np.stack([d["x"] for d in data]), "y": np.stack([d["y"] for d in data]), "num_examples": np.asarray([d["num_examples"] for d in data], np.int32)}
+    return {
+        "x": np.stack([d["x"] for d in data]),
+        "y": np.stack([d["y"] for d in data]),
+        "num_examples": np.asarray([d["num_examples"] for d in data], np.int32),
+    }
 
 
 def _run_both(method, scenario, rounds):

@@ -20,7 +20,9 @@ def test_store_and_checkpoint_round_trip(tmp_path):
     server = collections.OrderedDict(model=collections.OrderedDict(shared=[np.arange(3.0)], round=np.int32(4)), aggregator=())
     path = str(tmp_path / "ckpt.npz")
     rem_runner.save_checkpoint(path, server, store, {"round": 4})
-    fresh = rem_runner.ClientStateStore({i: collections.OrderedDict(head=collections.OrderedDict(w=np.zeros((2, 2), np.float32)), rounds=np.int32(0)) for i in range(3)})
+    fresh = rem_runner.ClientStateStore(
+        {i: collections.OrderedDict(head=collections.OrderedDict(w=np.zeros((2, 2), np.float32)), rounds=np.int32(0)) for i in range(3)}
+    )
     template = collections.OrderedDict(model=collections.OrderedDict(shared=[np.zeros(3)], round=np.int32(0)), aggregator=())
     restored, meta = rem_runner.load_checkpoint(path, template, fresh)
     assert meta == {"round": 4}

@@ -7,16 +7,46 @@ from tff_radiomap.models import radiounet as ru
 # The authors' RadioWNet (RonLevie/RadioUNet, lib/modules.py, inputs=2), as (in, out, kernel) per
 # convolution, concatenated channel counts spelled out: an independent check of our wiring.
 AUTHORS_STAGE1 = [
-    (2, 6, 3), (6, 40, 5), (40, 50, 5), (50, 60, 5), (60, 100, 5), (100, 100, 3), (100, 150, 5),
-    (150, 300, 5), (300, 500, 5), (500, 300, 4), (300 + 300, 150, 4), (150 + 150, 100, 4),
-    (100 + 100, 100, 3), (100 + 100, 60, 6), (60 + 60, 50, 5), (50 + 50, 40, 6), (40 + 40, 20, 6),
-    (20 + 6 + 2, 20, 5), (20 + 2, 1, 5),
+    (2, 6, 3),
+    (6, 40, 5),
+    (40, 50, 5),
+    (50, 60, 5),
+    (60, 100, 5),
+    (100, 100, 3),
+    (100, 150, 5),
+    (150, 300, 5),
+    (300, 500, 5),
+    (500, 300, 4),
+    (300 + 300, 150, 4),
+    (150 + 150, 100, 4),
+    (100 + 100, 100, 3),
+    (100 + 100, 60, 6),
+    (60 + 60, 50, 5),
+    (50 + 50, 40, 6),
+    (40 + 40, 20, 6),
+    (20 + 6 + 2, 20, 5),
+    (20 + 2, 1, 5),
 ]
 AUTHORS_STAGE2 = [
-    (3, 20, 3), (20, 30, 5), (30, 40, 5), (40, 50, 5), (50, 60, 5), (60, 70, 3), (70, 90, 5),
-    (90, 110, 5), (110, 150, 5), (150, 110, 4), (110 + 110, 90, 4), (90 + 90, 70, 4),
-    (70 + 70, 60, 3), (60 + 60, 50, 6), (50 + 50, 40, 5), (40 + 40, 30, 6), (30 + 30, 20, 6),
-    (20 + 20 + 3, 20, 5), (20 + 3, 1, 5),
+    (3, 20, 3),
+    (20, 30, 5),
+    (30, 40, 5),
+    (40, 50, 5),
+    (50, 60, 5),
+    (60, 70, 3),
+    (70, 90, 5),
+    (90, 110, 5),
+    (110, 150, 5),
+    (150, 110, 4),
+    (110 + 110, 90, 4),
+    (90 + 90, 70, 4),
+    (70 + 70, 60, 3),
+    (60 + 60, 50, 6),
+    (50 + 50, 40, 5),
+    (40 + 40, 30, 6),
+    (30 + 30, 20, 6),
+    (20 + 20 + 3, 20, 5),
+    (20 + 3, 1, 5),
 ]
 
 
@@ -45,12 +75,16 @@ def test_cpu_default_drops_the_two_deepest_levels_and_scales_widths():
     assert net.stage1.get_layer("s1_pool6").output_shape == (None, 4, 4, 38)  # 150 * 0.25, rounded
     assert net.stage1.get_layer("s1_dec6").output_shape == (None, 8, 8, 25)  # 100 * 0.25
     assert net.stage1.get_layer("s1_input_conv").output_shape == (None, 64, 64, 2)  # 6 * 0.25 -> 2
+
     # Independent count of the truncated, scaled table (widths rounded half up).
-    s = lambda c: int(np.floor(c * 0.25 + 0.5))
+    def s(c):
+        return int(np.floor(c * 0.25 + 0.5))
+
     e1 = [s(c) for c in (6, 40, 50, 60, 100, 100, 150)]
     d1 = [s(c) for c in (100, 100, 60, 50, 40, 20)]  # dec6..dec1
     k_enc = (3, 5, 5, 5, 5, 3, 5)
     k_dec = (4, 3, 6, 5, 6, 6)
+
     def stage(e, d, cin):
         table = [(cin, e[0], k_enc[0])] + [(e[i - 1], e[i], k_enc[i]) for i in range(1, 7)]
         h = e[6]
@@ -60,6 +94,7 @@ def test_cpu_default_drops_the_two_deepest_levels_and_scales_widths():
         fuse = s(20)
         table += [(h + cin, fuse, 5), (fuse + cin, 1, 5)]
         return _count(table)
+
     assert ru.parameter_count(net.stage1) == stage(e1, d1, 2) == 125_098
     e2 = [s(c) for c in (20, 30, 40, 50, 60, 70, 90)]
     d2 = [s(c) for c in (70, 60, 50, 40, 30, 20)]

@@ -13,9 +13,11 @@ def test_per_client_epsilon_equals_dp_accounting_directly():
         acc.record_round([0, 1] if r % 2 else [0], ev)
     assert acc.uploads(0) == 10 and acc.uploads(1) == 5
     for k, n in [(0, 10), (1, 5)]:
-        direct = dp_accounting.rdp.RdpAccountant(accounting.DEFAULT_ORDERS).compose(
-            dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(3.0), n)
-        ).get_epsilon(1e-5)
+        direct = (
+            dp_accounting.rdp.RdpAccountant(accounting.DEFAULT_ORDERS)
+            .compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(3.0), n))
+            .get_epsilon(1e-5)
+        )
         assert acc.epsilon(k) == pytest.approx(direct, rel=1e-9)
     assert acc.epsilon(0) > acc.epsilon(1)
     assert acc.summary()["max_epsilon"] == pytest.approx(acc.epsilon(0))
@@ -25,9 +27,7 @@ def test_mixed_events_compose():
     acc = accounting.PerClientAccountant(delta=1e-6)
     acc.record_round(["a"], dp_accounting.GaussianDpEvent(2.0))
     acc.record_round(["a"], dp_accounting.GaussianDpEvent(4.0))
-    direct = accounting.epsilon_of(
-        dp_accounting.ComposedDpEvent([dp_accounting.GaussianDpEvent(2.0), dp_accounting.GaussianDpEvent(4.0)]), 1e-6
-    )
+    direct = accounting.epsilon_of(dp_accounting.ComposedDpEvent([dp_accounting.GaussianDpEvent(2.0), dp_accounting.GaussianDpEvent(4.0)]), 1e-6)
     assert acc.epsilon("a") == pytest.approx(direct, rel=1e-9)
 
 
@@ -80,9 +80,7 @@ def test_each_factory_event_gives_the_epsilon_of_dp_accounting_directly(name, mu
         return
     assert event == dp_accounting.GaussianDpEvent(pytest.approx(multiplier))
     for client, uploads in ((0, 12), (1, 4)):
-        direct = dp_accounting.rdp.RdpAccountant(accounting.DEFAULT_ORDERS).compose(
-            dp_accounting.GaussianDpEvent(multiplier), uploads
-        ).get_epsilon(1e-5)
+        direct = dp_accounting.rdp.RdpAccountant(accounting.DEFAULT_ORDERS).compose(dp_accounting.GaussianDpEvent(multiplier), uploads).get_epsilon(1e-5)
         assert acc.epsilon(client) == pytest.approx(direct, rel=1e-9)
 
 

@@ -361,7 +361,6 @@ def test_the_harm_probes_leave_the_model_as_it_was(tiny):
 
 def test_an_allocator_round_on_a_broken_model_keeps_eta_and_says_so(tiny):
 
-
     cfg, _, samples = tiny
     model = phases.build_phase_model(cfg, phases.Phase.STAGE1)
     model.trainable_variables[0].assign(tf.fill(model.trainable_variables[0].shape, float("nan")))

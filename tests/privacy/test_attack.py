@@ -151,7 +151,9 @@ def test_aware_attacker_sees_through_noise_hidden_in_a_subspace(tiny):
     collector = attack.TraceCollector(model, tff.learning.optimizers.build_sgdm(0.05), steps=1, defense=defense, local_updates=local_training.local_updates)
     assert collector.variants == ("plain", "whitened", "projected")
     views = collector.collect_views(samples["x"][:4], samples["y"][:4], seed=(1, 0))
-    clean = attack.TraceCollector(model, tff.learning.optimizers.build_sgdm(0.05), steps=1, local_updates=local_training.local_updates).collect(samples["x"][:4], samples["y"][:4])
+    clean = attack.TraceCollector(model, tff.learning.optimizers.build_sgdm(0.05), steps=1, local_updates=local_training.local_updates).collect(
+        samples["x"][:4], samples["y"][:4]
+    )
     n_signed = d  # The fingerprint starts with the signed first upload.
     v = q.astype(np.float64)
     expected = clean[:, :n_signed] - (clean[:, :n_signed] @ v) @ v.T

@@ -131,7 +131,16 @@ def test_weight_noise_loss_is_the_validation_mse_and_restores_the_weights(tiny):
 def test_audit_on_tiny_data_gives_every_partition_and_the_spectrum(tiny):
     state, data, twin_data = tiny
     config = leakage.AuditConfig(train_traces=24, test_traces=8, k_per_map=2, blocks=2, ks=(0, 4, leakage.ALL), energies=(0.1,), draws=1, val_samples=8)
-    result = leakage.audit(state, Phase.STAGE1, data, twin_data, config, log=lambda *_: None, optimizer=radiounet_process.build_optimizer(state.client_optimizer, state.client_learning_rate), local_updates=local_training.local_updates)
+    result = leakage.audit(
+        state,
+        Phase.STAGE1,
+        data,
+        twin_data,
+        config,
+        log=lambda *_: None,
+        optimizer=radiounet_process.build_optimizer(state.client_optimizer, state.client_learning_rate),
+        local_updates=local_training.local_updates,
+    )
     by_partition = {}
     for row in result.groups:
         by_partition.setdefault(row.partition, []).append(row)
@@ -145,7 +154,16 @@ def test_audit_on_tiny_data_gives_every_partition_and_the_spectrum(tiny):
     assert [k for k, _ in result.spectrum] == [0, 4, 8]  # 4 twin maps x 2 directions.
     assert result.summary["basis_rank"] == 8 and 0.0 <= result.summary["captured_share_held_out"] <= 1.0
     with pytest.raises(leakage.DataTooSmallError, match="holds 32 samples"):
-        leakage.audit(state, Phase.STAGE1, data, twin_data, dataclasses.replace(config, train_traces=30), log=lambda *_: None, optimizer=radiounet_process.build_optimizer(state.client_optimizer, state.client_learning_rate), local_updates=local_training.local_updates)
+        leakage.audit(
+            state,
+            Phase.STAGE1,
+            data,
+            twin_data,
+            dataclasses.replace(config, train_traces=30),
+            log=lambda *_: None,
+            optimizer=radiounet_process.build_optimizer(state.client_optimizer, state.client_learning_rate),
+            local_updates=local_training.local_updates,
+        )
 
 
 def test_audit_config_names_a_bad_field():

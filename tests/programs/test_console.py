@@ -40,7 +40,11 @@ def test_a_process_the_program_spawns_drops_the_noise_too():
     env = {**processes.user_env(), "TF_CPP_MIN_LOG_LEVEL": "2", "TFF_RADIOMAP_QUIET_TF": "1"}
     r = subprocess.run(
         [sys.executable, "-c", "from programs import console; console.quiet_tensorflow_start(); import tensorflow_federated"],
-        cwd=processes.ROOT, capture_output=True, text=True, timeout=processes.TIMEOUT_S, env=env,
+        cwd=processes.ROOT,
+        capture_output=True,
+        text=True,
+        timeout=processes.TIMEOUT_S,
+        env=env,
     )
     assert r.returncode == 0, r.stderr[-2000:]
     assert "Unable to register" not in r.stderr, r.stderr[-2000:]

@@ -166,7 +166,10 @@ def outcomes(roots):
         arg_lists = [[a.format(**roots) for a in args] for args in arg_lists]
         proc = subprocess.run(
             [sys.executable, "-m", "tests.programs.flag_harness", program, json.dumps(arg_lists)],
-            cwd=processes.ROOT, capture_output=True, text=True, timeout=processes.TIMEOUT_S,
+            cwd=processes.ROOT,
+            capture_output=True,
+            text=True,
+            timeout=processes.TIMEOUT_S,
         )
         assert proc.returncode == 0, proc.stderr[-3000:]
         results[program] = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -196,8 +199,14 @@ def test_a_bad_flag_exits_2_with_one_line_naming_it(outcomes, roots, program, in
 def test_a_corrupt_data_file_is_named_without_a_traceback(roots, tmp_path):
     bad = os.path.join(roots["corrupt"], "gain", "DPM", "0_1.png")
     r = processes.run(
-        "programs.privacy_radiomap", f"--data_root={roots['corrupt']}", f"--output_dir={tmp_path}", "--resolution=32",
-        "--clients=1", "--clients_per_round=1", "--rounds=1", "--noprogress",
+        "programs.privacy_radiomap",
+        f"--data_root={roots['corrupt']}",
+        f"--output_dir={tmp_path}",
+        "--resolution=32",
+        "--clients=1",
+        "--clients_per_round=1",
+        "--rounds=1",
+        "--noprogress",
     )
     assert r.returncode == 2, r.stderr[-2000:]
     assert f"cannot read PNG {bad}" in r.stderr and "Traceback" not in r.stderr

@@ -20,8 +20,19 @@ def data_root(tmp_path_factory):
     return synthetic.generate_dataset(str(tmp_path_factory.mktemp("rms")), spec, progress=False)
 
 
-TINY = ("--resolution=16", "--width=0.125", "--train_traces=24", "--test_traces=8", "--twin_positions=4", "--k_per_map=2",
-        "--blocks=2", "--ks=0,4,all", "--energies=0.1", "--draws=1", "--val_samples=8")
+TINY = (
+    "--resolution=16",
+    "--width=0.125",
+    "--train_traces=24",
+    "--test_traces=8",
+    "--twin_positions=4",
+    "--k_per_map=2",
+    "--blocks=2",
+    "--ks=0,4,all",
+    "--energies=0.1",
+    "--draws=1",
+    "--val_samples=8",
+)
 
 
 def test_the_audit_of_tiny_data_writes_groups_spectrum_and_figure(data_root, tmp_path):
@@ -66,12 +77,19 @@ def test_bad_flags_exit_2_naming_the_flag(data_root, tmp_path):
         ([f"--run_dir={run_dir}"], "--round=None: expected an integer >= 1 with --run_dir"),
         ([f"--run_dir={run_dir}", "--round=5"], "--round=5: round 5 needs the program state saved after round 4;"),
         ([f"--run_dir={run_dir}", "--round=1", "--seed=3"], "--seed=3: expected no --seed with --run_dir"),
-        ([f"--data_root={data_root}", "--train_traces=30", "--test_traces=8", *TINY[:2], f"--twin_root={tmp_path / 'twin'}", "--twin_positions=2"],
-         "--train_traces=30 --test_traces=8: train_traces + test_traces = 38: the data set holds 32 samples"),
+        (
+            [f"--data_root={data_root}", "--train_traces=30", "--test_traces=8", *TINY[:2], f"--twin_root={tmp_path / 'twin'}", "--twin_positions=2"],
+            "--train_traces=30 --test_traces=8: train_traces + test_traces = 38: the data set holds 32 samples",
+        ),
     ]
     args = [[*a, f"--output_dir={out}"] for a, _ in cases]
-    r = subprocess.run([sys.executable, "-m", "tests.programs.flag_harness", "leakage_map", json.dumps(args)],
-                       cwd=processes.ROOT, capture_output=True, text=True, timeout=processes.TIMEOUT_S)
+    r = subprocess.run(
+        [sys.executable, "-m", "tests.programs.flag_harness", "leakage_map", json.dumps(args)],
+        cwd=processes.ROOT,
+        capture_output=True,
+        text=True,
+        timeout=processes.TIMEOUT_S,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     for (a, want), got in zip(cases, json.loads(r.stdout.strip().splitlines()[-1])):
         assert got["code"] == 2, (a, got)

@@ -68,7 +68,9 @@ def _files(root):
 def test_killed_mid_run_and_restarted_gives_the_files_of_an_uninterrupted_run(tmp_path):
     args = ["--maps", "10", "--transmitters", "2", "--size", "128", "--seed", "3"]
     killed, straight = str(tmp_path / "killed"), str(tmp_path / "straight")
-    proc = subprocess.Popen([sys.executable, "-m", "programs.make_dataset", "--out", killed, *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "programs.make_dataset", "--out", killed, *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     first_map = os.path.join(killed, "png", "buildings_complete", "0.png")
     while not os.path.exists(first_map) and proc.poll() is None:
         time.sleep(0.01)

@@ -14,7 +14,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def test_bad_privacy_table_flag_exits_2_naming_it(tmp_path):
     r = subprocess.run(
         [sys.executable, "-m", "programs.privacy_table", f"--output_dir={tmp_path / 'out'}", "--seeds=a"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert r.returncode == 2, r.stderr[-2000:]
     assert "--seeds='a': expected comma-separated non-negative integers" in r.stderr

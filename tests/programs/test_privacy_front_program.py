@@ -150,8 +150,17 @@ print(json.dumps({"parent": parent, "commands": commands, "flag_names": names, "
 def test_children_get_every_flag_and_each_runs_its_one_run(roots):
     out = os.path.join(roots["out"], "children")
     args = [
-        f"--data_root={roots['good']}", f"--output_dir={out}", "--methods=none,uniform", "--noise_multipliers=0.01,0.1", "--seeds=0,1",
-        "--rounds=2", "--attack_every=1", "--clip_norm=0.5", "--set=batch_size=4,attack_train_traces=10", "--jobs=2", "--fresh_noise",
+        f"--data_root={roots['good']}",
+        f"--output_dir={out}",
+        "--methods=none,uniform",
+        "--noise_multipliers=0.01,0.1",
+        "--seeds=0,1",
+        "--rounds=2",
+        "--attack_every=1",
+        "--clip_norm=0.5",
+        "--set=batch_size=4,attack_train_traces=10",
+        "--jobs=2",
+        "--fresh_noise",
     ]
     result = _run("-c", _CHILDREN, "privacy_front", json.dumps(args))
     assert result["parent"] == 1  # Every recorded child "failed": the front is not written.
@@ -160,7 +169,16 @@ def test_children_get_every_flag_and_each_runs_its_one_run(roots):
     assert len(commands) == 6
     for command in commands:
         assert command[1:3] == ["-m", "programs.privacy_front"]
-        for expected in ("--rounds=2", "--attack_every=1", "--clip_norm=0.5", "--set=batch_size=4,attack_train_traces=10", "--jobs=1", "--noreport", f"--output_dir={out}", "--fresh_noise"):
+        for expected in (
+            "--rounds=2",
+            "--attack_every=1",
+            "--clip_norm=0.5",
+            "--set=batch_size=4,attack_train_traces=10",
+            "--jobs=1",
+            "--noreport",
+            f"--output_dir={out}",
+            "--fresh_noise",
+        ):
             assert expected in command, (expected, command)
         assert len(command) - 3 == len(result["flag_names"])  # One argument per flag of the program.
     by_run = {}
@@ -198,8 +216,15 @@ def test_a_front_of_two_rounds_on_tiny_data(tmp_path_factory):
     root = synthetic.generate_dataset(str(base / "data"), synthetic.DatasetSpec(maps=8, transmitters=3, size=64, seed=5), progress=False)
     out = base / "front"
     r = processes.run(
-        "programs.privacy_front", f"--data_root={root}", f"--output_dir={out}", "--methods=fedsgd,uniform", "--noise_multipliers=0.01",
-        "--seeds=0", "--rounds=2", "--attack_every=1", "--jobs=1",
+        "programs.privacy_front",
+        f"--data_root={root}",
+        f"--output_dir={out}",
+        "--methods=fedsgd,uniform",
+        "--noise_multipliers=0.01",
+        "--seeds=0",
+        "--rounds=2",
+        "--attack_every=1",
+        "--jobs=1",
         # One observed local step: the attack's traces are traced (the slow part) a third the size.
         "--set=resolution=32,num_clients=3,clients_per_round=2,batch_size=4,attack_steps=1,attack_train_traces=10,attack_test_traces=4",
     )

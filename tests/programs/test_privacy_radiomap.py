@@ -22,8 +22,16 @@ def _args(data_root, out, *extra):
     # FedSGD: one TFF process to build per start (the two-stage switch across a resume is
     # covered in tests/experiments).
     return (
-        f"--data_root={data_root}", f"--output_dir={out}", "--resolution=32", "--clients=3", "--clients_per_round=2",
-        "--batch_size=4", f"--rounds={ROUNDS}", "--defense=fedsgd", "--noprogress", *extra,
+        f"--data_root={data_root}",
+        f"--output_dir={out}",
+        "--resolution=32",
+        "--clients=3",
+        "--clients_per_round=2",
+        "--batch_size=4",
+        f"--rounds={ROUNDS}",
+        "--defense=fedsgd",
+        "--noprogress",
+        *extra,
     )
 
 

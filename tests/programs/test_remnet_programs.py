@@ -11,7 +11,9 @@ def test_bad_remnet_tables_flag_exits_2_naming_it(tmp_path):
     # epfl_remnet's real command line exits 2 in the resume test below (another run in --out).
     proc = subprocess.run(
         [sys.executable, "-m", "programs.remnet_tables", "--pareto_r=0", f"--out={tmp_path}"],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "--pareto_r='0': expected comma-separated integers >= 1" in proc.stderr
@@ -40,8 +42,15 @@ def rem_root(tmp_path_factory):
 
 def _args(root, out, *extra):
     return (
-        f"--data_root={root}", f"--out={out}", f"--rounds={ROUNDS}", "--clients_per_round=4", "--local_epochs=1",
-        "--eval_every=2", "--checkpoint_every=2", f"--inject_nan_client=1:{NAN_CLIENT}", *extra,
+        f"--data_root={root}",
+        f"--out={out}",
+        f"--rounds={ROUNDS}",
+        "--clients_per_round=4",
+        "--local_epochs=1",
+        "--eval_every=2",
+        "--checkpoint_every=2",
+        f"--inject_nan_client=1:{NAN_CLIENT}",
+        *extra,
     )
 
 

@@ -39,7 +39,10 @@ def started_workers():
             port = portpicker.pick_unused_port()
             program = subprocess.Popen(
                 [sys.executable, "-m", "programs.start_worker", f"--port={port}"],
-                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=_ENV,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                env=_ENV,
             )
             started.append((program, port, None))
         for i, (program, port, _) in enumerate(started):
@@ -66,8 +69,15 @@ def test_a_run_split_across_two_loopback_workers_gives_the_single_worker_results
     data_root = synthetic.generate_dataset(str(tmp_path / "rms"), spec, progress=False)
     # 6 training maps over 3 clients, all 3 a round (split 2 + 1 across the workers); stage 1, then 2.
     config = experiment.ExperimentConfig(
-        data_root=data_root, resolution=32, width=0.25, rounds=2, stage1_rounds=1, num_clients=3,
-        clients_per_round=3, batch_size=4, client_learning_rate=3e-3,
+        data_root=data_root,
+        resolution=32,
+        width=0.25,
+        rounds=2,
+        stage1_rounds=1,
+        num_clients=3,
+        clients_per_round=3,
+        batch_size=4,
+        client_learning_rate=3e-3,
     )
     single = experiment.run(config, str(tmp_path / "single"), progress=False)
     addresses = [f"localhost:{port}" for _, port, _ in started_workers]

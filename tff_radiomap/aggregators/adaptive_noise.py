@@ -176,7 +176,9 @@ class AdaptiveSubspaceNoiseFactory(AdaptiveGroupNoiseFactory):
 
     def _summaries(self, extras, rows, basis):
         fraction = tf.minimum(tf.cast(extras["round_index"], tf.float32) / self.total_rounds, 1.0)
-        return allocator_net.summary_statistics_projected(rows, basis, self.groups.block_of_column(), self.groups.sizes, self.clip_norm, fraction, extras["phase"])
+        return allocator_net.summary_statistics_projected(
+            rows, basis, self.groups.block_of_column(), self.groups.sizes, self.clip_norm, fraction, extras["phase"]
+        )
 
     def _sigmas(self, extras, rows, basis):
         """[M, G] sigma of flat clipped uploads [M, d] (rows; with the floor, already noised)."""

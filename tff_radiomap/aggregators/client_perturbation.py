@@ -47,7 +47,6 @@ from tff_radiomap.privacy import budget as budget_lib
 from tff_radiomap.privacy.groups import ParameterGroups
 
 
-
 @dataclasses.dataclass(frozen=True)
 class PerturbationState:
     """The state of a `ClientPerturbationFactory` process between rounds.
@@ -312,5 +311,3 @@ def replace_extras(aggregator_state, **updates) -> collections.OrderedDict:
     """`aggregator_state` with some defense extras replaced (e.g. the allocator's `eta`), in the
     layout the process takes back; raises KeyError for an extra the state does not hold."""
     return PerturbationState.from_value(aggregator_state).replace_extras(**updates).as_value()
-
-

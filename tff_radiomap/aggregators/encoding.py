@@ -83,9 +83,7 @@ class EncodingStage(_Unweighted, _Weighted):
                 wire=tff.federated_eval(static_counts, tff.SERVER),
                 uplink_bytes=tff.federated_map(uplink_bytes, clients),
             )
-            return tff.templates.MeasuredProcessOutput(
-                state=inner_output.state, result=inner_output.result, measurements=tff.federated_zip(measurements)
-            )
+            return tff.templates.MeasuredProcessOutput(state=inner_output.state, result=inner_output.result, measurements=tff.federated_zip(measurements))
 
         next_fn = weighting.next_computation(next_impl, inner.initialize.type_signature.result, value_type, weight_type)
         return tff.templates.AggregationProcess(inner.initialize, next_fn)

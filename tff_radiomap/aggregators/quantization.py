@@ -39,10 +39,7 @@ def quantize(leaves: list, bits: int, scale_scope: str = "tensor") -> tuple[list
     if scale_scope == "upload":
         max_abs = [tf.reduce_max(tf.stack(max_abs))] * len(leaves)
     scales = [m / levels for m in max_abs]
-    q = [
-        tf.cast(tf.clip_by_value(tf.round(tf.math.divide_no_nan(t, s)), -levels, levels), tf.int32)
-        for t, s in zip(leaves, scales)
-    ]
+    q = [tf.cast(tf.clip_by_value(tf.round(tf.math.divide_no_nan(t, s)), -levels, levels), tf.int32) for t, s in zip(leaves, scales)]
     return q, scales
 
 

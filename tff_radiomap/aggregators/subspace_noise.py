@@ -57,7 +57,16 @@ def subspace_sigmas(groups: SubspaceGroups, budget: float, share: float) -> np.n
 class SubspaceNoiseFactory(ClientPerturbationFactory):
     """Clip at C, then `share` of B = d (C nu)^2 in span(V), the rest on its orthogonal complement."""
 
-    def __init__(self, clip_norm: float, noise_multiplier: float, groups: SubspaceGroups, share: float = 0.5, basis_path: str | None = None, inner_factory=None, seed=None):
+    def __init__(
+        self,
+        clip_norm: float,
+        noise_multiplier: float,
+        groups: SubspaceGroups,
+        share: float = 0.5,
+        basis_path: str | None = None,
+        inner_factory=None,
+        seed=None,
+    ):
         if not isinstance(groups, SubspaceGroups):
             raise TypeError(f"SubspaceNoiseFactory needs SubspaceGroups, got {type(groups).__name__}")
         if not (np.isfinite(share) and 0.0 <= share <= 1.0):

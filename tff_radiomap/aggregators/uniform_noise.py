@@ -56,6 +56,4 @@ def central_gaussian_factory(noise_multiplier: float, clients_per_round: int, cl
     does not protect individual uploads from whoever sees them (the server, an eavesdropper).
     Round events: `tff.aggregators.differential_privacy.extract_dp_event_from_state`.
     """
-    return tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
-        noise_multiplier=noise_multiplier, clients_per_round=clients_per_round, clip=clip_norm
-    )
+    return tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(noise_multiplier=noise_multiplier, clients_per_round=clients_per_round, clip=clip_norm)

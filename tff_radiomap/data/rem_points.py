@@ -222,12 +222,7 @@ def neighbour_cells(cell: int, grid: tuple[int, int]) -> list[int]:
     """The up to 8 cells around `cell` in the grid of cell ids."""
     bands, per_band = grid
     b, c = divmod(cell, per_band)
-    return [
-        nb * per_band + nc
-        for nb in range(max(0, b - 1), min(bands, b + 2))
-        for nc in range(max(0, c - 1), min(per_band, c + 2))
-        if (nb, nc) != (b, c)
-    ]
+    return [nb * per_band + nc for nb in range(max(0, b - 1), min(bands, b + 2)) for nc in range(max(0, c - 1), min(per_band, c + 2)) if (nb, nc) != (b, c)]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -128,8 +128,12 @@ def _subspace(config, phase, basis_dir=None):
     if basis_dir is None:
         raise ValueError("the subspace defense needs a basis folder (basis_dir)")
     return SubspaceNoiseFactory(
-        config.clip_norm, config.noise_multiplier, privacy_defenses.subspace_groups(config, phase), share=config.subspace_share,
-        basis_path=privacy_defenses.basis_path(basis_dir, phase), seed=_seed(config),
+        config.clip_norm,
+        config.noise_multiplier,
+        privacy_defenses.subspace_groups(config, phase),
+        share=config.subspace_share,
+        basis_path=privacy_defenses.basis_path(basis_dir, phase),
+        seed=_seed(config),
     )
 
 
@@ -139,8 +143,11 @@ def _adaptive(config, phase, basis_dir=None):
         if basis_dir is None:
             raise ValueError("the adaptive defense on the leakage partition needs a basis folder (basis_dir)")
         return AdaptiveSubspaceNoiseFactory(
-            config.clip_norm, config.noise_multiplier, privacy_defenses.subspace_groups(config, phase),
-            basis_path=privacy_defenses.basis_path(basis_dir, phase), **common,
+            config.clip_norm,
+            config.noise_multiplier,
+            privacy_defenses.subspace_groups(config, phase),
+            basis_path=privacy_defenses.basis_path(basis_dir, phase),
+            **common,
         )
     g = groups.radiounet_groups(config.model_config(), phase)
     return AdaptiveGroupNoiseFactory(config.clip_norm, config.noise_multiplier, groups=g, **common)
@@ -152,19 +159,47 @@ def _adaptive(config, phase, basis_dir=None):
 register_defense("none", Defense("two_stage", _none, "No Defense: two-stage protocol, weighted mean", "No Defense", cost_rank=4))
 register_defense("fedsgd", Defense("fedsgd", _none, "FedSGD: one local gradient step, both stages", "FedSGD", cost_rank=2))
 register_defense("clip", Defense("two_stage", _clip, "Clip Only: client-side L2 clipping at C", "Clip Only", cost_rank=5))
-register_defense("uniform", Defense(
-    "two_stage", _uniform, "Uniform Noise: clip, then N(0, (C nu)^2) on every coordinate (TF-Privacy Gaussian query)", "Uniform Noise",
-    NOISE_FIELDS, cost_rank=6,
-))
-register_defense("directed", Defense(
-    "two_stage", _directed, "Directed Uniform: clip, then the whole budget on the transmitter-sensitive groups", "Directed Uniform",
-    NOISE_FIELDS, cost_rank=3,
-))
-register_defense("adaptive", Defense(
-    "two_stage", _adaptive, "Adaptive: clip, then the budget split by the learned allocator (Eqs. (12)-(16))", "Adaptive (proposed)",
-    NOISE_FIELDS + ALLOCATOR_FIELDS, cost_rank=0,
-))
-register_defense("subspace", Defense(
-    "two_stage", _subspace, "Subspace Noise: clip, then a share of the budget in the twin's leakage subspace, the rest on its complement",
-    "Subspace Noise", NOISE_FIELDS + ("subspace_share",), cost_rank=1,
-))
+register_defense(
+    "uniform",
+    Defense(
+        "two_stage",
+        _uniform,
+        "Uniform Noise: clip, then N(0, (C nu)^2) on every coordinate (TF-Privacy Gaussian query)",
+        "Uniform Noise",
+        NOISE_FIELDS,
+        cost_rank=6,
+    ),
+)
+register_defense(
+    "directed",
+    Defense(
+        "two_stage",
+        _directed,
+        "Directed Uniform: clip, then the whole budget on the transmitter-sensitive groups",
+        "Directed Uniform",
+        NOISE_FIELDS,
+        cost_rank=3,
+    ),
+)
+register_defense(
+    "adaptive",
+    Defense(
+        "two_stage",
+        _adaptive,
+        "Adaptive: clip, then the budget split by the learned allocator (Eqs. (12)-(16))",
+        "Adaptive (proposed)",
+        NOISE_FIELDS + ALLOCATOR_FIELDS,
+        cost_rank=0,
+    ),
+)
+register_defense(
+    "subspace",
+    Defense(
+        "two_stage",
+        _subspace,
+        "Subspace Noise: clip, then a share of the budget in the twin's leakage subspace, the rest on its complement",
+        "Subspace Noise",
+        NOISE_FIELDS + ("subspace_share",),
+        cost_rank=1,
+    ),
+)

@@ -93,7 +93,9 @@ class BasisRefresher:
         if not self.due(round_num):
             if phase not in self._loaded:  # Resumed between refreshes: the file holds the last one.
                 if not os.path.exists(path):
-                    raise FileNotFoundError(f"{path}: the subspace basis of the last refresh is missing; the run cannot resume exactly (start again with --overwrite)")
+                    raise FileNotFoundError(
+                        f"{path}: the subspace basis of the last refresh is missing; the run cannot resume exactly (start again with --overwrite)"
+                    )
                 self._set(phase, subspace_noise.read_basis(path).numpy())
             return {"basis_refreshed": 0, "basis_seconds": 0.0}
         t0 = time.monotonic()
@@ -185,7 +187,9 @@ class PrivacyHooks:
             in_phase = int(state["phase"]) == int(phase)
             extras = aggregator_extras(state, factory) if in_phase else factory.initial_extras()
         if phase not in self._collectors:
-            self._collectors[phase] = attack.TraceCollector(model, self._client_optimizer(), cfg.attack_steps, factory, local_updates=local_training.local_updates)
+            self._collectors[phase] = attack.TraceCollector(
+                model, self._client_optimizer(), cfg.attack_steps, factory, local_updates=local_training.local_updates
+            )
         collector = self._collectors[phase]
         collector.extras = extras
         if extras is not None and hasattr(factory, "observe"):  # The batched trace path reads them there.

@@ -199,19 +199,41 @@ def front_rows(output_dir: str, methods, noise_multipliers, seeds, skip_missing:
                 notes.append(f"{run_name(method, nu, seed)}: last attack at round {at} of {final} (later ones skipped: model not finite)")
             dead = dead_stage(metrics)
             if dead is not None:
-                notes.append(f"{run_name(method, nu, seed)}: stage {dead[0]}'s validation MSE stays at {dead[1]:.2f} dB over its last {DEAD_ROUNDS} rounds (a dead model)")
+                notes.append(
+                    f"{run_name(method, nu, seed)}: stage {dead[0]}'s validation MSE stays at {dead[1]:.2f} dB over its last {DEAD_ROUNDS} rounds (a dead model)"
+                )
         best = privacy_table.mean_std([s["best_val_mse_db"] for _, s, _, _ in runs])
         final_mse = privacy_table.mean_std([s.get("final_val_mse_db", np.nan) for _, s, _, _ in runs])
         final_attack = privacy_table.mean_std([a for a, _ in last])
         per_run_mean = [privacy_table.mean_std([r.get("attack_rmse_m", np.nan) for r in metrics])[0] for _, _, metrics, _ in runs]
         constant = [privacy_table.mean_std([r.get("attack_constant_rmse_m", np.nan) for r in metrics])[0] for _, _, metrics, _ in runs]
-        late = privacy_table.mean_std([privacy_table.mean_std([r.get("attack_rmse_m", np.nan) for r in metrics if int(r["round"]) > 1])[0] for _, _, metrics, _ in runs])
+        late = privacy_table.mean_std(
+            [privacy_table.mean_std([r.get("attack_rmse_m", np.nan) for r in metrics if int(r["round"]) > 1])[0] for _, _, metrics, _ in runs]
+        )
         epsilons = [e for _, _, _, e in runs]
-        rows.append(dict(zip(COLUMNS, (
-            method, nu, len(runs), best[0], best[1], final_attack[0], final_attack[1],
-            privacy_table.mean_std(per_run_mean)[0], privacy_table.mean_std(constant)[0],  # Run by run, then over seeds.
-            _worst(epsilons), final_mse[0], final_mse[1], late[0], late[1],
-        ))))
+        rows.append(
+            dict(
+                zip(
+                    COLUMNS,
+                    (
+                        method,
+                        nu,
+                        len(runs),
+                        best[0],
+                        best[1],
+                        final_attack[0],
+                        final_attack[1],
+                        privacy_table.mean_std(per_run_mean)[0],
+                        privacy_table.mean_std(constant)[0],  # Run by run, then over seeds.
+                        _worst(epsilons),
+                        final_mse[0],
+                        final_mse[1],
+                        late[0],
+                        late[1],
+                    ),
+                )
+            )
+        )
     return rows, missing, notes
 
 
@@ -238,7 +260,7 @@ def allocation_rows(output_dir: str, methods, noise_multipliers, seeds) -> list[
             for r in privacy_table.read_metrics(run_dir):
                 for key, weight in r.items():
                     if key.startswith(WEIGHT_PREFIX) and np.isfinite(weight):
-                        rows.append(dict(zip(ALLOCATION_COLUMNS, (method, nu, seed, int(r["round"]), key[len(WEIGHT_PREFIX):], weight, int(r["phase"])))))
+                        rows.append(dict(zip(ALLOCATION_COLUMNS, (method, nu, seed, int(r["round"]), key[len(WEIGHT_PREFIX) :], weight, int(r["phase"])))))
     return rows
 
 
@@ -250,8 +272,10 @@ def allocation_moves(rows: list[dict]) -> list[dict]:
         runs.setdefault((r["method"], r["noise_multiplier"], r["seed"]), []).append(r)
     moves = []
     for (method, nu, seed), rs in runs.items():
+
         def weights(select):
             return {r["group"]: r["weight"] for r in rs if select(r)}
+
         first_round, last_round = min(r["round"] for r in rs), max(r["round"] for r in rs)
         first, last = weights(lambda r: r["round"] == first_round), weights(lambda r: r["round"] == last_round)
         within = 0.0
@@ -259,8 +283,17 @@ def allocation_moves(rows: list[dict]) -> list[dict]:
             rounds = [r["round"] for r in rs if r["phase"] == phase]
             a, b = weights(lambda r: r["phase"] == phase and r["round"] == min(rounds)), weights(lambda r: r["phase"] == phase and r["round"] == max(rounds))
             within = max([within] + [abs(b[g] - a[g]) for g in a if g in b])
-        moves.append(dict(method=method, noise_multiplier=nu, seed=seed, first_round=first_round, last_round=last_round,
-                          first_to_last=max([abs(last[g] - first[g]) for g in first if g in last], default=0.0), within_phase=within))
+        moves.append(
+            dict(
+                method=method,
+                noise_multiplier=nu,
+                seed=seed,
+                first_round=first_round,
+                last_round=last_round,
+                first_to_last=max([abs(last[g] - first[g]) for g in first if g in last], default=0.0),
+                within_phase=within,
+            )
+        )
     return moves
 
 
@@ -290,7 +323,9 @@ def write_results(output_dir: str, methods, noise_multipliers, seeds, skip_missi
     _figure(paths["png"], rows)
     result = {"rows": rows, "missing": missing, "table_md": paths["md"], "csv": paths["csv"], "figure": paths["png"]}
     if allocation:
-        result.update(allocation_csv=os.path.join(output_dir, "allocation.csv"), allocation_figure=os.path.join(output_dir, "allocation.png"), allocation_moves=moves)
+        result.update(
+            allocation_csv=os.path.join(output_dir, "allocation.csv"), allocation_figure=os.path.join(output_dir, "allocation.png"), allocation_moves=moves
+        )
         with open(result["allocation_csv"], "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=ALLOCATION_COLUMNS)
             writer.writeheader()
@@ -324,11 +359,19 @@ def _markdown(rows, seeds, missing, notes, moves=()) -> str:
         "late_attack_rmse_m: the mean of a run's attacks after round 1, then over seeds (less noisy than the last attack).",
     ]
     if moves:
-        lines += ["", "Learned allocations (allocation.csv): the largest change of a group's weight, between the first and last "
-                  "recorded round, and within one phase (each phase has its own allocator and groups).", "",
-                  "| run | rounds | first to last | within a phase |", "| --- | --- | --- | --- |"]
-        lines += [f"| {run_name(m['method'], m['noise_multiplier'], m['seed'])} | {m['first_round']}-{m['last_round']} | "
-                  f"{m['first_to_last']:.3f} | {m['within_phase']:.3f} |" for m in moves]
+        lines += [
+            "",
+            "Learned allocations (allocation.csv): the largest change of a group's weight, between the first and last "
+            "recorded round, and within one phase (each phase has its own allocator and groups).",
+            "",
+            "| run | rounds | first to last | within a phase |",
+            "| --- | --- | --- | --- |",
+        ]
+        lines += [
+            f"| {run_name(m['method'], m['noise_multiplier'], m['seed'])} | {m['first_round']}-{m['last_round']} | "
+            f"{m['first_to_last']:.3f} | {m['within_phase']:.3f} |"
+            for m in moves
+        ]
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
     if missing:
@@ -386,7 +429,7 @@ def _allocation_figure(path: str, rows: list[dict]) -> None:
         ax.set(title=run_name(*run), xlabel="round", ylabel="weight (mean client)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)
-    for ax in list(axes.flat)[len(runs):]:
+    for ax in list(axes.flat)[len(runs) :]:
         ax.set_visible(False)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -50,6 +50,7 @@ from tff_radiomap.runtime import nan_injection, run_folder
 
 ALLOCATOR_STATE = "allocator_state"  # The folder of the adaptive allocator's state, one file a saved round.
 
+
 def flatten_metrics(metrics: Mapping, prefix: str = "") -> collections.OrderedDict:
     """Numeric leaves of nested metrics as {'a/b': float or int}; empty structures are dropped."""
     flat = collections.OrderedDict()
@@ -82,8 +83,11 @@ def _check_config(config: ExperimentConfig, output_dir: str) -> bool:
     subspace_share is today's Uniform run)."""
     defaults = {f.name: f.default for f in dataclasses.fields(config) if f.default is not dataclasses.MISSING}
     return run_folder.check_config(
-        dataclasses.asdict(config), output_dir, defaults={**defaults, **LEGACY_VALUES},
-        ignored=defense_registry.unread_fields(config.defense), error=ConfigMismatchError,
+        dataclasses.asdict(config),
+        output_dir,
+        defaults={**defaults, **LEGACY_VALUES},
+        ignored=defense_registry.unread_fields(config.defense),
+        error=ConfigMismatchError,
     )
 
 
@@ -148,11 +152,13 @@ def run(
         accountant = privacy_accounting.restore(output_dir, config, done, events)
         # Rows of rounds after the saved state (and a row cut short by a kill) go before resuming.
         run_folder.truncate_csv(os.path.join(output_dir, "metrics.csv"), done)
-        releases = tff.program.GroupingReleaseManager([
-            tff.program.CSVFileReleaseManager(os.path.join(output_dir, "metrics.csv"), key_fieldname="round"),
-            tff.program.TensorBoardReleaseManager(os.path.join(output_dir, "tensorboard")),
-            tff.program.LoggingReleaseManager(),
-        ])
+        releases = tff.program.GroupingReleaseManager(
+            [
+                tff.program.CSVFileReleaseManager(os.path.join(output_dir, "metrics.csv"), key_fieldname="round"),
+                tff.program.TensorBoardReleaseManager(os.path.join(output_dir, "tensorboard")),
+                tff.program.LoggingReleaseManager(),
+            ]
+        )
         _warm_up(config, data, trainer, done, refresher)
         bar = _progress_bar(config, done, progress)
         for round_num in range(done + 1, config.rounds + 1):

@@ -24,21 +24,15 @@ def build_trainer(config: ExperimentConfig, data: federated_data.FederatedRadioM
     initial = phases.initial_weights(model_config, config.seed)
     client_opt = radiounet_process.build_optimizer(config.client_optimizer, config.client_learning_rate)
     if config.centralised:
-        return centralised.CentralisedReference(
-            model_config, initial, data.pooled_train(), config.phase_for_round, client_opt, config.batch_size, config.seed
-        )
+        return centralised.CentralisedReference(model_config, initial, data.pooled_train(), config.phase_for_round, client_opt, config.batch_size, config.seed)
     server_opt = radiounet_process.build_optimizer(config.server_optimizer, config.server_learning_rate)
     defense = DEFENSES[config.defense]
-    data_path = dict(
-        batch_size=config.batch_size, data_by_reference=data_by_reference and not config.nan_injection(), client_placement=config.client_placement
-    )
+    data_path = dict(batch_size=config.batch_size, data_by_reference=data_by_reference and not config.nan_injection(), client_placement=config.client_placement)
     if defense.protocol == "fedsgd":
         aggregator = defense.model_aggregator(config, Phase.JOINT, basis_dir)
         return radiounet_process.build_fedsgd_process(model_config, initial, client_opt, server_opt, aggregator, **data_path)
     aggregators = {phase: defense.model_aggregator(config, phase, basis_dir) for phase in (Phase.STAGE1, Phase.STAGE2)}
-    return radiounet_process.build_two_stage_process(
-        model_config, initial, config.stage1_rounds, client_opt, server_opt, aggregators, **data_path
-    )
+    return radiounet_process.build_two_stage_process(model_config, initial, config.stage1_rounds, client_opt, server_opt, aggregators, **data_path)
 
 
 def check_data(config: ExperimentConfig, num_maps: int | None = None) -> None:

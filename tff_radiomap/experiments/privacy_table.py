@@ -255,16 +255,18 @@ def write_results(output_dir: str, methods, seeds) -> dict:
         last = [last_attack(r) for r in runs]
         final_attack = mean_std([a for a, _ in last])
         floor = mean_std([_last(r, "attack_constant_rmse_m") for r in runs])
-        rows.append({
-            "method": LABELS.get(method, method),
-            "best_val_mse_db_mean": best_db[0],
-            "best_val_mse_db_std": best_db[1],
-            "final_attack_rmse_m_mean": final_attack[0],
-            "final_attack_rmse_m_std": final_attack[1],
-            "constant_guess_rmse_m": floor[0],
-            "last_attack_round": min((k for _, k in last), default=0),
-            "rounds": max(int(r[-1]["round"]) if r else 0 for r in runs),
-        })
+        rows.append(
+            {
+                "method": LABELS.get(method, method),
+                "best_val_mse_db_mean": best_db[0],
+                "best_val_mse_db_std": best_db[1],
+                "final_attack_rmse_m_mean": final_attack[0],
+                "final_attack_rmse_m_std": final_attack[1],
+                "constant_guess_rmse_m": floor[0],
+                "last_attack_round": min((k for _, k in last), default=0),
+                "rounds": max(int(r[-1]["round"]) if r else 0 for r in runs),
+            }
+        )
         curves[method] = runs
     with open(os.path.join(output_dir, "table1.csv"), "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))

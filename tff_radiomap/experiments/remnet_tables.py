@@ -167,7 +167,9 @@ def load_split(config: TablesConfig, split: str, seed: int) -> tuple[dict, int]:
     return scenarios, -(-n_max // config.base.batch_size) * config.base.batch_size  # Whole batches: seeds of a split share one trace.
 
 
-def run_all(config: TablesConfig, out_dir: str, log=print, train: bool = True, shard: tuple[int, int] = (0, 1), claims_dir: str | None = None) -> dict[tuple, dict]:
+def run_all(
+    config: TablesConfig, out_dir: str, log=print, train: bool = True, shard: tuple[int, int] = (0, 1), claims_dir: str | None = None
+) -> dict[tuple, dict]:
     """Runs (or reads back) every planned run; returns (split, seed, scenario, label) -> final
     result (with its `run_dir`). A run whose configuration equals an earlier one's is not repeated.
     `train=False` only reads back the finished runs (the tables of a partial run); `shard` (i, n)
@@ -222,10 +224,7 @@ def _pct(new: float, ref: float) -> float:
 def pareto_front(points: list[tuple[float, float]]) -> list[bool]:
     """For (cost, error) points: True where no other point is at most as costly and as wrong,
     and strictly better in one of the two."""
-    return [
-        not any((c2 <= c and e2 <= e) and (c2 < c or e2 < e) for j, (c2, e2) in enumerate(points) if j != i)
-        for i, (c, e) in enumerate(points)
-    ]
+    return [not any((c2 <= c and e2 <= e) and (c2 < c or e2 < e) for j, (c2, e2) in enumerate(points) if j != i) for i, (c, e) in enumerate(points)]
 
 
 def _metrics(result: dict) -> dict[str, float]:
@@ -284,7 +283,10 @@ def _detail_rows(config, results, split, s, full, tables) -> None:
         row = seed_summary(per_seed, ("micro_rmse", "macro_rmse", "uplink_mb"))
         tables["ablation"].append(
             {
-                "split": split, "scenario": s, "variant": "Full" if name == "epfl_remnet" else LABELS[name], **row,
+                "split": split,
+                "scenario": s,
+                "variant": "Full" if name == "epfl_remnet" else LABELS[name],
+                **row,
                 "d_macro_rmse_pct": _pct(row["macro_rmse_mean"], full["macro_rmse_mean"]),
                 "d_uplink_pct": _pct(row["uplink_mb_mean"], full["uplink_mb_mean"]),
             }

@@ -32,7 +32,8 @@ GRID = {
     "epfl_remnet": [dict(client_learning_rate=lr, k_fraction=k, sync_period=r) for lr in LEARNING_RATES for k, r in ((0.05, 2), (0.02, 1))]
     + [dict(client_learning_rate=1e-3, k_fraction=0.05, sync_period=2, ema_decay=0.0), dict(client_learning_rate=3e-2, k_fraction=0.02, sync_period=1)],
     "fedrep": [dict(client_learning_rate=lr, head_epochs=h) for lr in LEARNING_RATES[:2] for h in (1, 2)],  # Body: local_epochs.
-    "ditto": [dict(client_learning_rate=1e-3, ditto_lambda=lam) for lam in (0.0, 0.001, 0.01, 0.1, 1.0)] + [dict(client_learning_rate=3e-3, ditto_lambda=lam) for lam in (0.001, 0.01)],
+    "ditto": [dict(client_learning_rate=1e-3, ditto_lambda=lam) for lam in (0.0, 0.001, 0.01, 0.1, 1.0)]
+    + [dict(client_learning_rate=3e-3, ditto_lambda=lam) for lam in (0.001, 0.01)],
 }
 FIELDS = ("client_learning_rate", "k_fraction", "sync_period", "ema_decay", "head_epochs", "ditto_lambda")
 
@@ -48,7 +49,9 @@ def candidate(name: str, params: dict, base: EpflRemnetConfig) -> rem_runner.Met
     return dataclasses.replace(method, config=dataclasses.replace(method.config, **own)) if own else method
 
 
-def run_sweep(out_dir: str, data: rem_points.RemPointsConfig, scenario: str = "heavy", rounds: int = 40, seed: int = 0, base=EpflRemnetConfig(), log=print) -> list[dict]:
+def run_sweep(
+    out_dir: str, data: rem_points.RemPointsConfig, scenario: str = "heavy", rounds: int = 40, seed: int = 0, base=EpflRemnetConfig(), log=print
+) -> list[dict]:
     """Trains every candidate; returns one row per candidate and evaluated round (validation only)."""
     sc = rem_points.load_scenarios(data, (scenario,))[scenario]
     run = rem_runner.RunConfig(rounds=rounds, eval_every=5, checkpoint_every=10, seed=seed)
@@ -61,7 +64,16 @@ def run_sweep(out_dir: str, data: rem_points.RemPointsConfig, scenario: str = "h
             with open(os.path.join(run_dir, "metrics.csv"), newline="") as f:
                 for r in csv.DictReader(f):
                     if r["val_macro_rmse"]:
-                        rows.append({"method": name, "label": label, **{k: params.get(k, "") for k in FIELDS}, "round": int(r["round"]) + 1, "val_macro_rmse_db": float(r["val_macro_rmse"]), "uplink_mb": float(r["cum_uplink_mb"])})
+                        rows.append(
+                            {
+                                "method": name,
+                                "label": label,
+                                **{k: params.get(k, "") for k in FIELDS},
+                                "round": int(r["round"]) + 1,
+                                "val_macro_rmse_db": float(r["val_macro_rmse"]),
+                                "uplink_mb": float(r["cum_uplink_mb"]),
+                            }
+                        )
             log(f"{label}: val macro RMSE {final['val']['macro_rmse']:.3f} dB")
     return rows
 

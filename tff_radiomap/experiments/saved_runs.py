@@ -65,6 +65,12 @@ def broadcast_state(run_dir: str, round_num: int) -> leakage.ModelState:
         saved = asyncio.new_event_loop().run_until_complete(states.load(round_num - 1, template))
         weights = trainer.network_weights(trainer.from_program_state(saved["trainer_state"], round_num - 1))
     return leakage.ModelState(
-        config.model_config(), weights, f"{os.path.abspath(run_dir)} round {round_num}", config.client_optimizer,
-        config.client_learning_rate, config.seed, config.val_fraction, config.test_fraction,
+        config.model_config(),
+        weights,
+        f"{os.path.abspath(run_dir)} round {round_num}",
+        config.client_optimizer,
+        config.client_learning_rate,
+        config.seed,
+        config.val_fraction,
+        config.test_fraction,
     )

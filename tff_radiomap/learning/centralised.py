@@ -104,9 +104,7 @@ class CentralisedReference:
         dataset = federated_data.batched(self._x[index], self._y[index], self.batch_size)
         opt_state, loss_sum, count = step(state["optimizer"], dataset)
 
-        trained = keras_wrap.from_model_weights(
-            tff.learning.models.ModelWeights.from_model(model), phase, self.network_weights(state)
-        )
+        trained = keras_wrap.from_model_weights(tff.learning.models.ModelWeights.from_model(model), phase, self.network_weights(state))
         new_state = collections.OrderedDict(
             phase=int(phase),
             samples_seen=np.int64(int(state["samples_seen"]) + int(count)),

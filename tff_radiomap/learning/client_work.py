@@ -83,9 +83,7 @@ def build_client_work(
     )
     def next_fn(state, weights, client_data):
         # Client work: local training from the broadcast weights.
-        results, client_measurements = tff.federated_map(
-            client_update, (tff.federated_broadcast(state), weights, client_data)
-        )
+        results, client_measurements = tff.federated_map(client_update, (tff.federated_broadcast(state), weights, client_data))
         # Measurements: example-weighted training loss over the round's clients.
         measurements = tff.federated_map(finalize_measurements, tff.federated_sum(client_measurements))
         return tff.templates.MeasuredProcessOutput(state, results, measurements)
@@ -99,9 +97,7 @@ def build_client_work(
         del state
         return hparams
 
-    return tff.learning.templates.ClientWorkProcess(
-        init_fn, next_fn, get_hparams_fn=get_hparams_fn, set_hparams_fn=set_hparams_fn
-    )
+    return tff.learning.templates.ClientWorkProcess(init_fn, next_fn, get_hparams_fn=get_hparams_fn, set_hparams_fn=set_hparams_fn)
 
 
 def _trainer(local_steps: local_training.LocalSteps, batch_size: int | None, reference_resolution: int | None):

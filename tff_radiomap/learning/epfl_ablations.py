@@ -1,10 +1,10 @@
 """EPFL-REMNet's ablations (Table III): the full configuration with one component removed.
 
-    no_split_head   the head is shared and uploaded with the backbone (no personalization)
-    no_sync         synchronization every round (R = 1)
-    no_top_k        every entry of u uploaded (no Top-K, hence no error feedback)
-    no_quantization values sent as float32
-    no_ema          the server evaluates theta itself, not its EMA
+no_split_head   the head is shared and uploaded with the backbone (no personalization)
+no_sync         synchronization every round (R = 1)
+no_top_k        every entry of u uploaded (no Top-K, hence no error feedback)
+no_quantization values sent as float32
+no_ema          the server evaluates theta itself, not its EMA
 """
 
 from __future__ import annotations

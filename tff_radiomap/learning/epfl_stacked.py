@@ -349,7 +349,14 @@ class StackedProcess:
         process's: train_loss, uploads, uplink_bytes (exact), nonfinite_updates."""
         sync = epfl_steps.is_sync_round(round_num, self.config.sync_period)
         shared, ema, private, error, m = self._rounds[sync](
-            state["shared"], state.get("ema"), state["private"], state.get("error", {}), data, tf.constant(selected), state["seeds"], tf.constant(round_num, tf.int64)
+            state["shared"],
+            state.get("ema"),
+            state["private"],
+            state.get("error", {}),
+            data,
+            tf.constant(selected),
+            state["seeds"],
+            tf.constant(round_num, tf.int64),
         )
         new = {"shared": shared, "private": private, "seeds": state["seeds"]}
         if ema is not None:

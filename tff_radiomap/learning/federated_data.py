@@ -53,9 +53,7 @@ def batched(x: np.ndarray, y: np.ndarray, batch_size: int) -> tf.data.Dataset:
 # a local worker, or workers sharing the folder.
 def reference_spec() -> collections.OrderedDict:
     """Element spec of a reference data set (one element)."""
-    return collections.OrderedDict(
-        x_path=tf.TensorSpec([], tf.string), y_path=tf.TensorSpec([], tf.string), order=tf.TensorSpec([None], tf.int64)
-    )
+    return collections.OrderedDict(x_path=tf.TensorSpec([], tf.string), y_path=tf.TensorSpec([], tf.string), order=tf.TensorSpec([None], tf.int64))
 
 
 def read_samples(reference, resolution: int) -> collections.OrderedDict:

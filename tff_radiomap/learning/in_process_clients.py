@@ -89,8 +89,11 @@ class InProcessClientsProcess:
 
     def initialize(self) -> tff.learning.templates.LearningAlgorithmState:
         return tff.learning.templates.LearningAlgorithmState(
-            global_model_weights=self._start, distributor=(), client_work=(),
-            aggregator=self._aggregator.initialize(), finalizer=self._finalizer.initialize(),
+            global_model_weights=self._start,
+            distributor=(),
+            client_work=(),
+            aggregator=self._aggregator.initialize(),
+            finalizer=self._finalizer.initialize(),
         )
 
     def set_model_weights(self, state, weights: tff.learning.models.ModelWeights):
@@ -107,9 +110,7 @@ class InProcessClientsProcess:
         updates, update_weights = [], []
         loss_sum, loss_examples, num_examples, nonfinite = 0.0, 0, 0, 0
         for samples in client_data:
-            update, weight, loss, examples, count, finite = self._client_update(
-                trainable, non_trainable, tf.constant(samples["x"]), tf.constant(samples["y"])
-            )
+            update, weight, loss, examples, count, finite = self._client_update(trainable, non_trainable, tf.constant(samples["x"]), tf.constant(samples["y"]))
             updates.append([u.numpy() for u in update])
             update_weights.append(float(weight))
             loss_sum, loss_examples = loss_sum + float(loss), loss_examples + int(examples)

@@ -48,10 +48,7 @@ def as_weighted(model_aggregator: AggregationFactory | None) -> tuple[tff.aggreg
         return model_aggregator, "num_examples"
     if isinstance(model_aggregator, tff.aggregators.UnweightedAggregationFactory):
         return tff.aggregators.as_weighted_aggregator(model_aggregator), "uniform"
-    raise TypeError(
-        f"model_aggregator={model_aggregator!r}: expected a tff.aggregators.WeightedAggregationFactory "
-        "or UnweightedAggregationFactory"
-    )
+    raise TypeError(f"model_aggregator={model_aggregator!r}: expected a tff.aggregators.WeightedAggregationFactory or UnweightedAggregationFactory")
 
 
 def build_phase_process(
@@ -96,14 +93,23 @@ def build_phase_process(
 CLIENT_PLACEMENTS = ("tff", "in_process")
 
 
-def _placed_phase_process(client_placement: str, config, phase, initial, client_optimizer, server_optimizer, model_aggregator, local_steps, batch_size, data_by_reference):
+def _placed_phase_process(
+    client_placement: str, config, phase, initial, client_optimizer, server_optimizer, model_aggregator, local_steps, batch_size, data_by_reference
+):
     """The phase's process with the clients in the TFF worker ('tff': `build_phase_process`) or in
     this Python process ('in_process': `in_process_clients.InProcessClientsProcess`, on a GPU if
     TensorFlow sees one; aggregation and server step stay TFF computations)."""
     if client_placement == "tff":
         return build_phase_process(
-            config, phase, initial, client_optimizer, server_optimizer, model_aggregator,
-            local_steps=local_steps, batch_size=batch_size, data_by_reference=data_by_reference,
+            config,
+            phase,
+            initial,
+            client_optimizer,
+            server_optimizer,
+            model_aggregator,
+            local_steps=local_steps,
+            batch_size=batch_size,
+            data_by_reference=data_by_reference,
         )
     if client_placement == "in_process":
         from tff_radiomap.learning import in_process_clients  # It imports this module.
@@ -233,8 +239,16 @@ def build_two_stage_process(
         factories = {p: model_aggregator for p in phases}
     processes = {
         p: _placed_phase_process(
-            client_placement, config, p, initial, client_optimizer, server_optimizer, factories[p],
-            local_training.LocalSteps.EPOCHS, batch_size, data_by_reference,
+            client_placement,
+            config,
+            p,
+            initial,
+            client_optimizer,
+            server_optimizer,
+            factories[p],
+            local_training.LocalSteps.EPOCHS,
+            batch_size,
+            data_by_reference,
         )
         for p in phases
     }
@@ -260,12 +274,24 @@ def build_fedsgd_process(
 ) -> PhasedProcess:
     """FedSGD: each client takes one step on its full local gradient; both stages, every round."""
     process = _placed_phase_process(
-        client_placement, config, Phase.JOINT, initial, client_optimizer, server_optimizer, model_aggregator,
-        local_training.LocalSteps.ONE_STEP, batch_size, data_by_reference,
+        client_placement,
+        config,
+        Phase.JOINT,
+        initial,
+        client_optimizer,
+        server_optimizer,
+        model_aggregator,
+        local_training.LocalSteps.ONE_STEP,
+        batch_size,
+        data_by_reference,
     )
     return PhasedProcess(
-        {Phase.JOINT: process}, lambda r: Phase.JOINT, initial, {Phase.JOINT: as_weighted(model_aggregator)[1]},
-        data_by_reference, client_placement,
+        {Phase.JOINT: process},
+        lambda r: Phase.JOINT,
+        initial,
+        {Phase.JOINT: as_weighted(model_aggregator)[1]},
+        data_by_reference,
+        client_placement,
     )
 
 

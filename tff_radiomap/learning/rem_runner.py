@@ -182,7 +182,19 @@ class Evaluator:
 
 # ---------------------------------------------------------------------------------------------
 # The run.
-CSV_FIELDS = ["round", "train_loss", "uploads", "uplink_bytes", "cum_uplink_mb", "round_s", "micro_rmse", "macro_rmse", "micro_mae", "macro_mae", "nonfinite_updates"]
+CSV_FIELDS = [
+    "round",
+    "train_loss",
+    "uploads",
+    "uplink_bytes",
+    "cum_uplink_mb",
+    "round_s",
+    "micro_rmse",
+    "macro_rmse",
+    "micro_mae",
+    "macro_mae",
+    "nonfinite_updates",
+]
 
 
 def _csv_fields(num_outputs: int) -> list[str]:
@@ -273,7 +285,9 @@ def run_experiment(
     for r in range(meta["round"] + 1, run.rounds):
         start = time.monotonic()
         ids = select_clients(len(data), run.clients_per_round, run.seed, r)
-        server_state, new_states, metrics = process.next(server_state, store.gather(ids), nan_injection.poison(run.nan_injection(), r, ids, [data[i] for i in ids]))
+        server_state, new_states, metrics = process.next(
+            server_state, store.gather(ids), nan_injection.poison(run.nan_injection(), r, ids, [data[i] for i in ids])
+        )
         store.scatter(ids, new_states)
         meta["cum_uplink_bytes"] += int(metrics["uplink_bytes"])
         row = {"round": r, "train_loss": float(metrics["train_loss"]), "uploads": int(metrics["uploads"]), "uplink_bytes": int(metrics["uplink_bytes"])}

@@ -31,7 +31,11 @@ CSV_FIELDS += ["micro_rmse", "macro_rmse", "micro_mae", "macro_mae", "nonfinite_
 def stacked_data(scenario: RemScenario, pad_to: int | None = None) -> dict:
     """The clients' training arrays as [C, N, ...] (padded to the largest client or `pad_to`)."""
     data, _ = rem_runner.padded_client_data(scenario, pad_to)
-    return {"x": np.stack([d["x"] for d in data]), "y": np.stack([d["y"] for d in data]), "num_examples": np.asarray([d["num_examples"] for d in data], np.int32)}
+    return {
+        "x": np.stack([d["x"] for d in data]),
+        "y": np.stack([d["y"] for d in data]),
+        "num_examples": np.asarray([d["num_examples"] for d in data], np.int32),
+    }
 
 
 def _padded(arrays: list[np.ndarray]) -> np.ndarray:
@@ -106,7 +110,15 @@ def _process_for(method: rem_runner.Method, processes: dict | None) -> epfl_stac
     return built
 
 
-def run_stacked(run_dir: str, scenario: RemScenario, method: rem_runner.Method, run: rem_runner.RunConfig, log=print, pad_to: int | None = None, processes: dict | None = None) -> dict:
+def run_stacked(
+    run_dir: str,
+    scenario: RemScenario,
+    method: rem_runner.Method,
+    run: rem_runner.RunConfig,
+    log=print,
+    pad_to: int | None = None,
+    processes: dict | None = None,
+) -> dict:
     """Runs (or resumes, or reads back) one method on one scenario; returns final.json's content:
     the test accuracy (rem_accuracy's fields), `val` (the same on validation pixels), uplink."""
     record = {"engine": ENGINE, "method": method.record(), "scenario": scenario.name, "data": dataclasses.asdict(scenario.config), "run": run.record()}

@@ -33,7 +33,9 @@ class Evaluator:
         self._data = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size).cache()
         self._count = len(x)
         wnet, stage1 = self._net.wnet, self._net.stage1
-        per_sample = lambda p, y: tf.reduce_sum(tf.reduce_mean(tf.math.squared_difference(p, y), axis=[1, 2, 3]))
+
+        def per_sample(p, y):
+            return tf.reduce_sum(tf.reduce_mean(tf.math.squared_difference(p, y), axis=[1, 2, 3]))
 
         @tf.function
         def squared_errors(x, y):

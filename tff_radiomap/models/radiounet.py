@@ -101,10 +101,7 @@ class RadioUNetConfig:
         if self.stage2_output not in STAGE2_OUTPUTS:
             raise ValueError(f"stage2_output={self.stage2_output!r}: expected one of {STAGE2_OUTPUTS}")
         if self.resolution % (2**self.depth):
-            raise ValueError(
-                f"resolution={self.resolution}: expected a multiple of 2**depth = {2**self.depth} "
-                f"(depth {self.depth} pooling steps)"
-            )
+            raise ValueError(f"resolution={self.resolution}: expected a multiple of 2**depth = {2**self.depth} (depth {self.depth} pooling steps)")
 
     @property
     def depth(self) -> int:

@@ -239,7 +239,9 @@ class AllocatorTrainer:
         uniform_energy = self.budget * self.sizes / self.sizes.sum()
         probe_energy = np.maximum(np.mean(energy0.numpy(), axis=0), 0.01 * uniform_energy)
         h = order[: cfg.harm_samples]
-        harm = self.harm_per_energy(model, tf.constant(samples["x"][h]), tf.constant(samples["y"][h]), probe_energy, [cfg.seed, round_index, seeds_lib.HARM_PROBES])
+        harm = self.harm_per_energy(
+            model, tf.constant(samples["x"][h]), tf.constant(samples["y"][h]), probe_energy, [cfg.seed, round_index, seeds_lib.HARM_PROBES]
+        )
 
         t_harm = time.monotonic()
 

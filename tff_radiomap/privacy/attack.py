@@ -37,7 +37,6 @@ import tensorflow as tf
 from tff_radiomap import seeds as seeds_lib
 
 
-
 @dataclasses.dataclass(frozen=True)
 class AttackConfig:
     steps: int = 3  # S local steps observed per sample.

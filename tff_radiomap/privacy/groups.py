@@ -168,7 +168,6 @@ def radiounet_groups(config, phase) -> ParameterGroups:
 @functools.lru_cache(maxsize=None)
 def _radiounet_groups(config, phase: int) -> ParameterGroups:
 
-
     phase = phases.Phase(phase)
 
     # Built eagerly: a model made inside a tf.Graph would invalidate the caller's eager models.

@@ -131,7 +131,9 @@ def spectrum_ks(ks, rank: int) -> list[int]:
     return sorted({rank if k == ALL else min(int(k), rank) for k in ks})
 
 
-def spectrum(u_train, c_train, u_test, c_test, basis: np.ndarray, ks, alphas=attack.AttackConfig.ridge_alphas, seed: int = 0) -> list[tuple[int, attack.AttackResult]]:
+def spectrum(
+    u_train, c_train, u_test, c_test, basis: np.ndarray, ks, alphas=attack.AttackConfig.ridge_alphas, seed: int = 0
+) -> list[tuple[int, attack.AttackResult]]:
     """(e) [(k, attack on u - V_k V_k^T u)] for k in `ks` (see `spectrum_ks`), V_k the first k columns."""
     out = []
     for k in spectrum_ks(ks, basis.shape[1]):
@@ -287,9 +289,13 @@ def audit(state: ModelState, phase: Phase, data, twin, config: AuditConfig = Aud
 
     pool = data.arrays(np.arange(len(data.map_ids)))
     try:
-        train, test = attack.split_traces(len(pool["x"]), attack.AttackConfig(train_traces=config.train_traces, test_traces=config.test_traces, seed=config.seed))
+        train, test = attack.split_traces(
+            len(pool["x"]), attack.AttackConfig(train_traces=config.train_traces, test_traces=config.test_traces, seed=config.seed)
+        )
     except ValueError as exc:
-        raise DataTooSmallError(f"train_traces + test_traces = {config.train_traces + config.test_traces}: the data set holds {len(pool['x'])} samples") from exc
+        raise DataTooSmallError(
+            f"train_traces + test_traces = {config.train_traces + config.test_traces}: the data set holds {len(pool['x'])} samples"
+        ) from exc
     u_train, u_test = collector.collect(pool["x"][train], pool["y"][train]), collector.collect(pool["x"][test], pool["y"][test])
     c_train, c_test = pool["coords_m"][train], pool["coords_m"][test]
     if not (np.all(np.isfinite(u_train)) and np.all(np.isfinite(u_test))):

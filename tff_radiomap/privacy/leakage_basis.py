@@ -25,7 +25,6 @@ from absl import logging
 import tensorflow as tf
 
 
-
 class UploadCollector:
     """First-step single-sample uploads [N, d] of `model` (the phase's uploaded Keras model, holding
     the current global weights) with the client `optimizer` and the clients' `local_updates(model,

@@ -146,13 +146,17 @@ class ProxyProblem:
         sigma = tf.cast(sigma, tf.float64)
         scale = tf.ones_like(sigma) if scale is None else tf.cast(scale, tf.float64)
         s_t, t_t = tf.transpose(sigma)[:, None, :], tf.transpose(scale)  # [G, 1, N], [G, N]
-        per_group = self._t["grams"] + self._t["cross"] * s_t + tf.transpose(self._t["cross"] * s_t, [0, 2, 1]) + self._t["noise"] * s_t * tf.transpose(s_t, [0, 2, 1])
+        per_group = (
+            self._t["grams"] + self._t["cross"] * s_t + tf.transpose(self._t["cross"] * s_t, [0, 2, 1]) + self._t["noise"] * s_t * tf.transpose(s_t, [0, 2, 1])
+        )
         return tf.reduce_sum(per_group * t_t[:, :, None] * t_t[:, None, :], axis=0)
 
     def tensors(self) -> dict:
         """The round's inputs as tensors (`with_tensors` puts them back): what changes between
         rounds of one trainer, whose buffer split, group sizes and shapes stay the same."""
-        return dict(self._t, y_train=self._y_train, y_test=self._y_test, y_mean=tf.constant(self._y_mean), constant_mse=tf.constant(self.constant_mse, tf.float64))
+        return dict(
+            self._t, y_train=self._y_train, y_test=self._y_test, y_mean=tf.constant(self._y_mean), constant_mse=tf.constant(self.constant_mse, tf.float64)
+        )
 
     def with_tensors(self, tensors: dict) -> "ProxyProblem":
         """A copy reading `tensors` (of `tensors()`'s layout) instead of its own: inside a traced

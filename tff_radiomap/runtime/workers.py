@@ -333,9 +333,7 @@ def _keep_clients_in_order() -> None:
             del context
             return (*results, indexed_result)
 
-        results, _ = await mergeable._run_in_async_context_pool(
-            task_fn, list(enumerate(arg_list)), execution_contexts, (), collect
-        )
+        results, _ = await mergeable._run_in_async_context_pool(task_fn, list(enumerate(arg_list)), execution_contexts, (), collect)
         return [result for _, result in sorted(results, key=lambda r: r[0])]
 
     invoke_after_merge_in_order.keeps_order = True
