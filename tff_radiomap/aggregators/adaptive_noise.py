@@ -6,10 +6,8 @@ N(0, sigma_g^2) on group g. eta lives in the aggregation state (`extras['eta']`)
 to clients every round, so the factory runs in any TFF pipeline. Without an `eta`, it starts at
 Directed Uniform's allocation when the groups have a non-empty transmitter-sensitive one
 (`allocator_net.init_params(init='directed')`: a share of 1e-9 of B on the other groups), else at
-Uniform Noise's (`init='proportional'`); `init=` chooses. At nu = 3 Uniform Noise's allocation
-destroys a RadioUNet in one round (noise ~400x the update), and an allocator started there
-learns from a broken model (at nu = 3 Directed Uniform's allocation also ends at a collapsed
-model on the default data; see bench/RESULTS.md). The allocator training of
+Uniform Noise's (`init='proportional'`); `init=` chooses (why Directed by default: bench/RESULTS.md,
+"Measurements that lived in docstrings"). The allocator training of
 Eqs. (20)-(21) (`tff_radiomap.privacy.allocator`) replaces eta between rounds with
 `client_perturbation.replace_extras(state, eta=...)`. The state also holds the round index r (it
 advances every round; the summary uses r / total_rounds) and the phase indicator.

@@ -8,8 +8,9 @@ quantization with one scale per tensor, the equal- or example-weighted mean) is 
 Initial values and keys come from `epfl_remnet.model_layout`, shuffles from the same stateless
 seeds (client seed, round, epoch) as the TFF client computation, so a round equals the TFF
 process's round to float tolerance (tests/learning/test_epfl_stacked.py). It exists because the
-TFF worker costs ~1.3 s a round for 90 clients of ~120 points, and the tables need hundreds of
-runs; the TFF process stays the reference implementation.
+tables need hundreds of runs and the TFF worker's round for 90 clients is slow by comparison
+(bench/remnet_round_speed.py measures both; bench/RESULTS.md); the TFF process stays the
+reference implementation.
 
 Local schedules (`EpflRemnetConfig`):
   joint    (default) all trainable parameters for `local_epochs` (EPFL-REMNet, FedAvg, PFL);
