@@ -91,6 +91,15 @@ def config_settings(items: list[str], own_flag: dict) -> dict:
     return {k: os.path.abspath(v) if k.endswith("_root") and isinstance(v, str) and v else v for k, v in settings.items()}
 
 
+def config_error(exc: ValueError, settings: dict, set_items: list[str], flag_of_field: dict | None = None) -> None:
+    """Exit 2 for a configuration's ValueError ("field=value: expected ..."): naming --set when the
+    field came from it, else the field's flag (`flag_of_field`, default: the same name)."""
+    field, _, rest = str(exc).partition("=")
+    if field in settings or not rest:
+        fail(f"--set={','.join(set_items)!r}: {exc}" if settings else str(exc))
+    fail(f"--{(flag_of_field or {}).get(field, field)}={rest}")
+
+
 def refuse_other_run(flag: str, path: str, exc: Exception) -> None:
     """Exits with status 2: the folder of `--flag` holds a run with another configuration."""
     fail(f"--{flag}={path!r}: {exc}; pass --overwrite to delete its results and start afresh, or choose another --{flag}")

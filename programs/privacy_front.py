@@ -34,6 +34,7 @@ Every other experiment setting keeps ExperimentConfig's default (the CPU default
 folder holding another configuration is refused (exit 2) unless --overwrite.
 """
 
+import dataclasses
 import functools
 import json
 import math
@@ -91,9 +92,7 @@ def validate() -> dict:
     for nu in FLAGS.noise_multipliers:
         common.require(_positive(nu), "noise_multipliers", nu, "comma-separated positive numbers")
     common.require(all(s.isdigit() for s in FLAGS.seeds) and FLAGS.seeds, "seeds", ",".join(FLAGS.seeds), "comma-separated non-negative integers")
-    common.require(FLAGS.rounds >= 1, "rounds", FLAGS.rounds, "an integer >= 1")
     common.require(FLAGS.attack_every >= 1, "attack_every", FLAGS.attack_every, "an integer >= 1")
-    common.require(math.isfinite(FLAGS.clip_norm) and FLAGS.clip_norm > 0, "clip_norm", FLAGS.clip_norm, "a positive number")
     common.require(FLAGS.jobs >= 1, "jobs", FLAGS.jobs, "an integer >= 1")
     common.require(FLAGS.report or not FLAGS.report_only, "report", False, "--report with --report_only")
     return common.config_settings(FLAGS.set, OWN_FLAG)
@@ -107,8 +106,9 @@ def _positive(text: str) -> bool:
 
 
 def base_config(data_root: str, settings: dict):
-    """The ExperimentConfig of every run (the grid sets defense, seed, noise_multiplier); exit 2
-    naming --set if a run of the grid would not be a valid configuration."""
+    """The ExperimentConfig of every run (the grid sets defense, seed, noise_multiplier); its own
+    checks are the flags' (exit 2 naming the flag, or --set if a run of the grid would not be a
+    valid configuration)."""
     fields = dict(
         data_root=data_root,
         rounds=FLAGS.rounds,
@@ -120,8 +120,8 @@ def base_config(data_root: str, settings: dict):
     try:
         base = experiment.ExperimentConfig(**{**fields, **settings})
         privacy_front.grid(base, FLAGS.methods, _nus(), _seeds(), FLAGS.output_dir)  # Each run's config is checked.
-    except ValueError as exc:
-        common.fail(f"--set={','.join(FLAGS.set)!r}: {exc}" if FLAGS.set else str(exc))
+    except ValueError as exc:  # The config's own checks are the flags' (naming the flag, or --set).
+        common.config_error(exc, settings, FLAGS.set)
     return base
 
 
@@ -138,12 +138,13 @@ def main(argv):
     settings = validate()
     if FLAGS.report_only:
         return report_only()
+    base = base_config("", settings)  # Checked before the default data set is made.
     from tff_radiomap.data import default_set
 
     root = common.data_root(FLAGS.data_root, default=default_set.ensure_default_dataset)
+    base = dataclasses.replace(base, data_root=root)
     common.require_writable_dir(FLAGS.output_dir, "output_dir")
     console.log_to(FLAGS.output_dir)  # INFO logging (the runs' release managers); warnings stay on stderr.
-    base = base_config(root, settings)
 
     runs = privacy_front.grid(base, FLAGS.methods, _nus(), _seeds(), FLAGS.output_dir)
     children, local, run_fn = common.privacy_runner(

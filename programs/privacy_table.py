@@ -14,7 +14,6 @@ leakage partition, as in bench/table1_0.01).
 import dataclasses
 import functools
 import json
-import math
 import os
 import sys
 
@@ -74,27 +73,16 @@ def validate() -> dict:
     for m in FLAGS.methods:
         common.require(m in experiment.DEFENSES, "methods", m, f"names from {sorted(experiment.DEFENSES)}")
     common.require(all(s.isdigit() for s in FLAGS.seeds) and FLAGS.seeds, "seeds", ",".join(FLAGS.seeds), "comma-separated non-negative integers")
-    common.require(FLAGS.rounds >= 1, "rounds", FLAGS.rounds, "an integer >= 1")
     common.require(FLAGS.attack_every >= 1, "attack_every", FLAGS.attack_every, "an integer >= 1")
-    common.require(math.isfinite(FLAGS.clip_norm) and FLAGS.clip_norm > 0, "clip_norm", FLAGS.clip_norm, "a positive number")
-    common.require(math.isfinite(FLAGS.noise_multiplier) and FLAGS.noise_multiplier >= 0, "noise_multiplier", FLAGS.noise_multiplier, "a non-negative number")
-    common.require(
-        math.isfinite(FLAGS.server_learning_rate) and FLAGS.server_learning_rate > 0, "server_learning_rate", FLAGS.server_learning_rate, "a positive number"
-    )
     common.require(FLAGS.jobs >= 1, "jobs", FLAGS.jobs, "an integer >= 1")
     return common.config_settings(FLAGS.set, OWN_FLAG)
 
 
-def main(argv):
-    common.reject_extra_args(argv)
-    settings = validate()
-    from tff_radiomap.data import default_set
-
-    root = common.data_root(FLAGS.data_root, default=default_set.ensure_default_dataset)
-    common.require_writable_dir(FLAGS.output_dir, "output_dir")
-    console.log_to(FLAGS.output_dir)  # INFO logging (the runs' release managers); warnings stay on stderr.
+def base_config(settings: dict) -> experiment.ExperimentConfig:
+    """The ExperimentConfig of every run (the table sets defense and seed): its own checks are the
+    flags' (exit 2 naming the flag, or --set); data_root is filled in by the caller."""
     fields = dict(
-        data_root=root,
+        data_root="",
         rounds=FLAGS.rounds,
         stage1_rounds=FLAGS.rounds // 2,
         attack_every=FLAGS.attack_every,
@@ -109,8 +97,19 @@ def main(argv):
         for method in FLAGS.methods:  # Each run's config is checked before any starts.
             dataclasses.replace(base, defense=method)
     except ValueError as exc:
-        common.fail(f"--set={','.join(FLAGS.set)!r}: {exc}" if FLAGS.set else str(exc))
+        common.config_error(exc, settings, FLAGS.set)
+    return base
 
+
+def main(argv):
+    common.reject_extra_args(argv)
+    base = base_config(validate())
+    from tff_radiomap.data import default_set
+
+    root = common.data_root(FLAGS.data_root, default=default_set.ensure_default_dataset)
+    base = dataclasses.replace(base, data_root=root)
+    common.require_writable_dir(FLAGS.output_dir, "output_dir")
+    console.log_to(FLAGS.output_dir)  # INFO logging (the runs' release managers); warnings stay on stderr.
     seeds = [int(s) for s in FLAGS.seeds]
 
     def floors(config):
