@@ -14,7 +14,6 @@ is a test hook (a client with NaN inputs). --k_fraction=0 disables Top-K (and er
 --bits=0 quantization, --ema_decay=0 the EMA.
 """
 
-import math
 import os
 
 from programs import console
@@ -90,30 +89,36 @@ def validate() -> None:
         "stacked",
         "no --workers and no --inject_nan_client with it",
     )
-    common.require(FLAGS.rounds >= 1, "rounds", FLAGS.rounds, "an integer >= 1")
     common.require(1 <= FLAGS.clients_per_round <= 90, "clients_per_round", FLAGS.clients_per_round, "an integer in 1..90")
-    common.require(FLAGS.local_epochs >= 1, "local_epochs", FLAGS.local_epochs, "an integer >= 1")
-    common.require(FLAGS.batch_size >= 1, "batch_size", FLAGS.batch_size, "an integer >= 1")
-    common.require(math.isfinite(FLAGS.client_lr) and FLAGS.client_lr > 0, "client_lr", FLAGS.client_lr, "a positive learning rate")
-    common.require(0 <= FLAGS.k_fraction <= 1, "k_fraction", FLAGS.k_fraction, "a fraction in (0, 1], or 0 for no Top-K")
-    common.require(FLAGS.bits == 0 or 2 <= FLAGS.bits <= 16, "bits", FLAGS.bits, "2..16, or 0 for float32 values")
-    common.require(FLAGS.sync_period >= 1, "sync_period", FLAGS.sync_period, "an integer >= 1")
-    common.require(0 <= FLAGS.ema_decay < 1, "ema_decay", FLAGS.ema_decay, "a decay in [0, 1)")
+    common.require(FLAGS.k_fraction >= 0, "k_fraction", FLAGS.k_fraction, "a fraction in (0, 1], or 0 for no Top-K")
+    common.require(FLAGS.bits >= 0, "bits", FLAGS.bits, "2..16, or 0 for float32 values")
     common.require(FLAGS.head in ("linear", "mlp"), "head", FLAGS.head, "linear or mlp")
-    common.require(FLAGS.eval_every >= 1, "eval_every", FLAGS.eval_every, "an integer >= 1")
-    common.require(FLAGS.checkpoint_every >= 1, "checkpoint_every", FLAGS.checkpoint_every, "an integer >= 1")
-    common.require(FLAGS.seed >= 0, "seed", FLAGS.seed, "an integer >= 0")
     common.require(FLAGS.map_id >= 0, "map_id", FLAGS.map_id, "an integer >= 0")
-    injection = FLAGS.inject_nan_client.split(":") if FLAGS.inject_nan_client else ["0", "0"]
-    common.require(
-        len(injection) == 2 and all(p.isdigit() for p in injection) and int(injection[0]) < FLAGS.rounds and int(injection[1]) < 90,
-        "inject_nan_client",
-        FLAGS.inject_nan_client,
-        f"ROUND:CLIENT with ROUND in 0..{FLAGS.rounds - 1} and CLIENT in 0..89",
-    )
+    try:  # The configurations' own checks are the flags'.
+        base_config()
+        injection = run_config().nan_injection()
+    except ValueError as exc:
+        common.config_error(exc, {}, [], FLAG_OF_FIELD)
+    common.require(injection is None or injection[1] < 90, "inject_nan_client", FLAGS.inject_nan_client, "ROUND:CLIENT with CLIENT in 0..89")
     common.worker_addresses(FLAGS.workers)
     common.data_root(FLAGS.data_root)
     common.require_writable_dir(FLAGS.out, "out")
+
+
+# Configuration fields whose flag has another name.
+FLAG_OF_FIELD = {"client_learning_rate": "client_lr"}
+
+
+def run_config() -> rem_runner.RunConfig:
+    return rem_runner.RunConfig(
+        rounds=FLAGS.rounds,
+        clients_per_round=FLAGS.clients_per_round,
+        eval_every=FLAGS.eval_every,
+        seed=FLAGS.seed,
+        checkpoint_every=FLAGS.checkpoint_every,
+        inject_nan_client=FLAGS.inject_nan_client,
+        client_placement="tff" if FLAGS.client_placement == "stacked" else FLAGS.client_placement,
+    )
 
 
 def base_config():
@@ -139,15 +144,7 @@ def main(argv):
     except (DataLayoutError, ValueError) as exc:
         common.fail(f"--data_root={FLAGS.data_root!r} --map_id={FLAGS.map_id}: {exc}")
     method = remnet_methods.method(FLAGS.method, base_config())
-    run = rem_runner.RunConfig(
-        rounds=FLAGS.rounds,
-        clients_per_round=FLAGS.clients_per_round,
-        eval_every=FLAGS.eval_every,
-        seed=FLAGS.seed,
-        checkpoint_every=FLAGS.checkpoint_every,
-        inject_nan_client=FLAGS.inject_nan_client,
-        client_placement="tff" if FLAGS.client_placement == "stacked" else FLAGS.client_placement,
-    )
+    run = run_config()
     run_dir = os.path.join(FLAGS.out, FLAGS.scenario, FLAGS.method)
     common.require_writable_dir(run_dir, "out")
     console.log_to(run_dir)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 
 import numpy as np
 import tensorflow as tf
@@ -65,21 +66,27 @@ class EpflRemnetConfig:
     ditto_lambda: float | None = None  # Ditto: a personal model pulled toward the global one.
 
     def __post_init__(self):
-        if self.client_optimizer not in OPTIMIZERS:
-            raise ValueError(f"client_optimizer={self.client_optimizer!r}: expected one of {OPTIMIZERS}")
-        if self.client_weighting not in CLIENT_WEIGHTINGS:
-            raise ValueError(f"client_weighting={self.client_weighting!r}: expected one of {CLIENT_WEIGHTINGS}")
-        if self.sync_period < 1:
-            raise ValueError(f"sync_period={self.sync_period}: expected an integer >= 1")
-        if not 0.0 <= self.ema_decay < 1.0:
-            raise ValueError(f"ema_decay={self.ema_decay}: expected a decay in [0, 1)")
-        if self.client_learning_rate <= 0 or self.server_learning_rate <= 0:
-            raise ValueError(f"learning rates {self.client_learning_rate}, {self.server_learning_rate}: expected > 0")
-        local_lib.LocalTraining(self.local_epochs, self.batch_size, self.shuffle)  # Validates.
-        if self.head_epochs < 0 or (self.head_epochs and not self.split_head):
-            raise ValueError(f"head_epochs={self.head_epochs}: expected >= 0, and a private head (split_head) when > 0")
-        if self.ditto_lambda is not None and (self.ditto_lambda < 0 or self.split_head):
-            raise ValueError(f"ditto_lambda={self.ditto_lambda}: expected >= 0 with the whole model shared (split_head=False)")
+        checks = [
+            (self.client_optimizer in OPTIMIZERS, "client_optimizer", f"one of {OPTIMIZERS}"),
+            (self.client_weighting in CLIENT_WEIGHTINGS, "client_weighting", f"one of {CLIENT_WEIGHTINGS}"),
+            (self.local_epochs >= 1, "local_epochs", "an integer >= 1"),
+            (self.batch_size >= 1, "batch_size", "an integer >= 1"),
+            (math.isfinite(self.client_learning_rate) and self.client_learning_rate > 0, "client_learning_rate", "a positive learning rate"),
+            (math.isfinite(self.server_learning_rate) and self.server_learning_rate > 0, "server_learning_rate", "a positive learning rate"),
+            (self.k_fraction is None or 0 < self.k_fraction <= 1, "k_fraction", "a fraction in (0, 1] (none: no Top-K)"),
+            (self.bits is None or 2 <= self.bits <= 16, "bits", "2..16 (none: float32 values)"),
+            (self.sync_period >= 1, "sync_period", "an integer >= 1"),
+            (0.0 <= self.ema_decay < 1.0, "ema_decay", "a decay in [0, 1)"),
+            (self.head_epochs >= 0 and (not self.head_epochs or self.split_head), "head_epochs", ">= 0, and a private head (split_head) when > 0"),
+            (
+                self.ditto_lambda is None or (self.ditto_lambda >= 0 and not self.split_head),
+                "ditto_lambda",
+                ">= 0 with the whole model shared (split_head=False)",
+            ),
+        ]
+        for ok, name, expected in checks:
+            if not ok:
+                raise ValueError(f"{name}={getattr(self, name)!r}: expected {expected}")
 
     @property
     def training(self) -> local_lib.LocalTraining:

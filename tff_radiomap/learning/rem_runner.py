@@ -71,6 +71,8 @@ class RunConfig:
         for name in ("rounds", "clients_per_round", "eval_every", "checkpoint_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)}: expected an integer >= 1")
+        if self.seed < 0:
+            raise ValueError(f"seed={self.seed}: expected an integer >= 0")
         if self.client_placement not in epfl_remnet.CLIENT_PLACEMENTS:
             raise ValueError(f"client_placement={self.client_placement!r}: expected one of {epfl_remnet.CLIENT_PLACEMENTS}")
         self.nan_injection()
