@@ -160,8 +160,7 @@ def _config() -> experiment.ExperimentConfig:
     try:
         config = experiment.ExperimentConfig(**fields)
     except ValueError as exc:  # "field=value: expected ...": the flag's name and what it may be.
-        field = str(exc).split("=", 1)[0]
-        common.fail(f"--{FLAG_OF_FIELD.get(field, field)}={str(exc).split('=', 1)[1]}")
+        common.config_error(exc, {}, [], FLAG_OF_FIELD)
     validate(config)
     from tff_radiomap.data import default_set
 
