@@ -206,7 +206,7 @@ def _csv_fields(num_outputs: int) -> list[str]:
 def _prepare_run_dir(run_dir: str, record: dict) -> None:
     os.makedirs(run_dir, exist_ok=True)
     if not run_folder.check_config(record, run_dir):
-        run_folder.write_json(os.path.join(run_dir, "config.json"), json.loads(json.dumps(record, default=str)))
+        run_folder.write_json(os.path.join(run_dir, "config.json"), record)  # Tuples become lists, as check_config reads them.
 
 
 def select_clients(num_clients: int, per_round: int, seed: int, round_num: int) -> list[int]:
