@@ -97,7 +97,13 @@ def config_error(exc: ValueError, settings: dict, set_items: list[str], flag_of_
     field, _, rest = str(exc).partition("=")
     if field in settings or not rest:
         fail(f"--set={','.join(set_items)!r}: {exc}" if settings else str(exc))
-    fail(f"--{(flag_of_field or {}).get(field, field)}={rest}")
+    flag = (flag_of_field or {}).get(field, field)
+    from absl import flags
+
+    value = flags.FLAGS[flag].value if flag in flags.FLAGS else None
+    if isinstance(value, list):  # A list flag is named as typed ('a,b'), not as the field's tuple.
+        fail(f"--{flag}={','.join(value)!r}: {rest.partition(': ')[2]}")
+    fail(f"--{flag}={rest}")
 
 
 def refuse_other_run(flag: str, path: str, exc: Exception) -> None:

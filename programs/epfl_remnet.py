@@ -90,12 +90,9 @@ def validate() -> None:
         "no --workers and no --inject_nan_client with it",
     )
     common.require(1 <= FLAGS.clients_per_round <= 90, "clients_per_round", FLAGS.clients_per_round, "an integer in 1..90")
-    common.require(FLAGS.k_fraction >= 0, "k_fraction", FLAGS.k_fraction, "a fraction in (0, 1], or 0 for no Top-K")
-    common.require(FLAGS.bits >= 0, "bits", FLAGS.bits, "2..16, or 0 for float32 values")
-    common.require(FLAGS.head in ("linear", "mlp"), "head", FLAGS.head, "linear or mlp")
-    common.require(FLAGS.map_id >= 0, "map_id", FLAGS.map_id, "an integer >= 0")
     try:  # The configurations' own checks are the flags'.
         base_config()
+        data_config()
         injection = run_config().nan_injection()
     except ValueError as exc:
         common.config_error(exc, {}, [], FLAG_OF_FIELD)
@@ -121,6 +118,10 @@ def run_config() -> rem_runner.RunConfig:
     )
 
 
+def data_config() -> rem_points.RemPointsConfig:
+    return rem_points.RemPointsConfig(root=FLAGS.data_root, map_id=FLAGS.map_id, seed=FLAGS.seed, test_split=FLAGS.test_split)
+
+
 def base_config():
     """EPFL-REMNet's configuration from the flags (baselines and ablations derive from it)."""
     return EpflRemnetConfig(
@@ -138,7 +139,7 @@ def base_config():
 def main(argv):
     common.reject_extra_args(argv)
     validate()
-    data = rem_points.RemPointsConfig(root=FLAGS.data_root, map_id=FLAGS.map_id, seed=FLAGS.seed, test_split=FLAGS.test_split)
+    data = data_config()
     try:
         scenario = rem_points.load_scenarios(data, (FLAGS.scenario,))[FLAGS.scenario]
     except (DataLayoutError, ValueError) as exc:

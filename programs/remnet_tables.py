@@ -33,7 +33,6 @@ from programs import common
 from tff_radiomap import runtime
 from tff_radiomap.data import rem_points
 from tff_radiomap.data.radiomapseer import DataLayoutError
-from baselines import remnet_methods
 from tff_radiomap.experiments import remnet_figures, remnet_tables, remnet_tuning
 from tff_radiomap.learning import rem_runner
 from tff_radiomap.runtime import run_folder
@@ -75,66 +74,48 @@ flags.DEFINE_integer("map_id", 0, "Map of --data_root whose transmitters 0..3 ar
 flags.DEFINE_bool("overwrite", False, "Delete the results of every planned run in --out (of any configuration) and run them afresh.")
 
 
-def _floats(values, flag):
+def _numbers(flag, kind, expected):
+    """The comma-separated numbers of list flag `flag` (their ranges are the configuration's check)."""
+    values = getattr(FLAGS, flag)
     try:
-        out = tuple(float(v) for v in values)
+        return tuple(kind(v) for v in values if v)
     except ValueError:
-        common.fail(f"--{flag}={','.join(values)!r}: expected comma-separated numbers")
-    common.require(out and all(0 < v <= 1 for v in out), flag, ",".join(values), "fractions in (0, 1]")
-    return out
+        common.fail(f"--{flag}={','.join(values)!r}: expected {expected}")
 
 
-def _ints(values, flag):
-    common.require(values and all(v.isdigit() and int(v) >= 1 for v in values), flag, ",".join(values), "comma-separated integers >= 1")
-    return tuple(int(v) for v in values)
-
-
-def _subset(flag, allowed, allow_empty=False):
-    values = tuple(v for v in getattr(FLAGS, flag) if v)
-    common.require((values or allow_empty) and set(values) <= set(allowed), flag, ",".join(values), f"a subset of {tuple(allowed)}")
-    return values
+# Configuration fields whose flag has another name.
+FLAG_OF_FIELD = {"main_methods": "methods", "pareto_k_fractions": "pareto_k", "pareto_sync_periods": "pareto_r"}
 
 
 def tables_config():
-    common.require(FLAGS.rounds >= 1, "rounds", FLAGS.rounds, "an integer >= 1")
-    common.require(1 <= FLAGS.clients_per_round <= 90, "clients_per_round", FLAGS.clients_per_round, "an integer in 1..90")
-    common.require(FLAGS.eval_every >= 1, "eval_every", FLAGS.eval_every, "an integer >= 1")
+    """The TablesConfig of the flags: its own checks (and its parts') are the flags' (exit 2 naming the
+    flag); here only what no configuration holds (jobs, shards, the sweep, the built-in set's sizes)."""
     common.require(FLAGS.jobs >= 1, "jobs", FLAGS.jobs, "an integer >= 1")
     shard = FLAGS.shard.split("/") if FLAGS.shard else ["0", "1"]
     common.require(len(shard) == 2 and all(v.isdigit() for v in shard) and int(shard[0]) < int(shard[1]), "shard", FLAGS.shard, "I/N with 0 <= I < N")
     common.require(not FLAGS.claims or (FLAGS.shard and os.path.isdir(FLAGS.claims)), "claims", FLAGS.claims, "an existing folder, with --shard")
     common.require(FLAGS.tune_rounds >= 5, "tune_rounds", FLAGS.tune_rounds, "an integer >= 5")
     common.require(FLAGS.tune_scenario in rem_points.SCENARIOS, "tune_scenario", FLAGS.tune_scenario, f"one of {rem_points.SCENARIOS}")
-    scenarios = _subset("scenarios", rem_points.SCENARIOS)
-    splits = _subset("test_splits", rem_points.TEST_SPLITS)
-    methods = _subset("methods", remnet_methods.EPFL_AND_BASELINES)
-    common.require(
-        {"epfl_remnet", "fedavg", "pfl_uncompressed"} <= set(methods),
-        "methods",
-        ",".join(methods),
-        "a list holding epfl_remnet, fedavg and pfl_uncompressed (the checks)",
-    )
-    common.require(
-        FLAGS.seeds and all(v.isdigit() for v in FLAGS.seeds) and len(set(FLAGS.seeds)) == len(FLAGS.seeds),
-        "seeds",
-        ",".join(FLAGS.seeds),
-        "distinct integers >= 0",
-    )
-    common.require(FLAGS.map_id >= 0, "map_id", FLAGS.map_id, "an integer >= 0")
     common.require(FLAGS.rem_size in (256, 512, 1024), "rem_size", FLAGS.rem_size, "256, 512 or 1024")
+    seeds = _numbers("seeds", int, "distinct integers >= 0")
+    k_fractions = _numbers("pareto_k", float, "comma-separated numbers")
+    sync_periods = _numbers("pareto_r", int, "comma-separated integers >= 1")
     common.data_root(FLAGS.data_root)
-    return remnet_tables.TablesConfig(
-        data=rem_points.RemPointsConfig(root=FLAGS.data_root, map_id=FLAGS.map_id, rem_size=FLAGS.rem_size),
-        run=rem_runner.RunConfig(rounds=FLAGS.rounds, clients_per_round=FLAGS.clients_per_round, eval_every=FLAGS.eval_every),
-        scenarios=scenarios,
-        test_splits=splits,
-        seeds=tuple(int(v) for v in FLAGS.seeds),
-        main_methods=methods,
-        detail_splits=_subset("detail_splits", rem_points.TEST_SPLITS, allow_empty=True),
-        detail_scenarios=_subset("detail_scenarios", rem_points.SCENARIOS, allow_empty=True),
-        pareto_k_fractions=_floats(FLAGS.pareto_k, "pareto_k"),
-        pareto_sync_periods=_ints(FLAGS.pareto_r, "pareto_r"),
-    )
+    try:
+        return remnet_tables.TablesConfig(
+            data=rem_points.RemPointsConfig(root=FLAGS.data_root, map_id=FLAGS.map_id, rem_size=FLAGS.rem_size),
+            run=rem_runner.RunConfig(rounds=FLAGS.rounds, clients_per_round=FLAGS.clients_per_round, eval_every=FLAGS.eval_every),
+            scenarios=tuple(v for v in FLAGS.scenarios if v),
+            test_splits=tuple(v for v in FLAGS.test_splits if v),
+            seeds=seeds,
+            main_methods=tuple(v for v in FLAGS.methods if v),
+            detail_splits=tuple(v for v in FLAGS.detail_splits if v),
+            detail_scenarios=tuple(v for v in FLAGS.detail_scenarios if v),
+            pareto_k_fractions=k_fractions,
+            pareto_sync_periods=sync_periods,
+        )
+    except ValueError as exc:
+        common.config_error(exc, {}, [], FLAG_OF_FIELD)
 
 
 def tune(config) -> None:

@@ -8,6 +8,8 @@ import pytest
 
 from tff_radiomap.experiments import remnet_figures, remnet_tables, remnet_tuning
 from tff_radiomap.learning import stacked_runner
+from tff_radiomap.learning import rem_runner
+from tff_radiomap.data import rem_points
 from tff_radiomap.learning.epfl_remnet import EpflRemnetConfig
 
 
@@ -117,10 +119,20 @@ def test_tuning_chooses_on_validation_and_one_budget():
 def test_bad_config_is_refused():
     with pytest.raises(ValueError, match="test_splits"):
         _config(test_splits=("diagonal",))
-    with pytest.raises(ValueError, match="the checks need 'fedavg'"):
+    with pytest.raises(ValueError, match="expected a list holding epfl_remnet, fedavg and pfl_uncompressed"):
         _config(main_methods=("epfl_remnet", "pfl_uncompressed"))
     with pytest.raises(ValueError, match="seeds"):
         _config(seeds=(0, 0))
+    with pytest.raises(ValueError, match="pareto_k_fractions"):
+        _config(pareto_k_fractions=(0.0,))
+    with pytest.raises(ValueError, match="pareto_sync_periods"):
+        _config(pareto_sync_periods=())
+    with pytest.raises(ValueError, match="main_methods=.*subset"):  # An ablation is not a main-table method.
+        _config(main_methods=("epfl_remnet", "fedavg", "pfl_uncompressed", "no_ema"))
+    with pytest.raises(ValueError, match=r"clients_per_round=91: expected an integer in 1\.\.90"):
+        _config(run=rem_runner.RunConfig(clients_per_round=91))
+    with pytest.raises(ValueError, match="map_id=-1"):
+        rem_points.RemPointsConfig(map_id=-1)
 
 
 def test_report_only_reads_back_the_finished_runs(tmp_path):

@@ -16,7 +16,7 @@ def test_bad_remnet_tables_flag_exits_2_naming_it(tmp_path):
         timeout=300,
     )
     assert proc.returncode == 2, proc.stderr[-2000:]
-    assert "--pareto_r='0': expected comma-separated integers >= 1" in proc.stderr
+    assert "--pareto_r='0': expected integers >= 1" in proc.stderr
 
 
 # ---------------------------------------------------------------------------------------------

@@ -81,6 +81,8 @@ class RemPointsConfig:
     seed: int = 0
 
     def __post_init__(self):
+        if self.map_id < 0:
+            raise ValueError(f"map_id={self.map_id}: expected an integer >= 0")
         if len(self.base_stations) < 2 or len(set(self.base_stations)) != len(self.base_stations):
             raise ValueError(f"base_stations={self.base_stations}: expected at least two distinct transmitter ids")
         if self.neighbourhood < 1 or self.cell_px < 1:

@@ -77,17 +77,20 @@ class TablesConfig:
             ("detail_scenarios", self.detail_scenarios, rem_points.SCENARIOS),
             ("test_splits", self.test_splits, rem_points.TEST_SPLITS),
             ("detail_splits", self.detail_splits, rem_points.TEST_SPLITS),
-            ("main_methods", self.main_methods, remnet_methods.METHODS),
+            ("main_methods", self.main_methods, remnet_methods.EPFL_AND_BASELINES),
         ):
             if (set(values) - set(allowed)) or (not values and name in ("scenarios", "test_splits", "main_methods")):
                 raise ValueError(f"{name}={values}: expected a {'non-empty ' if name in ('scenarios', 'test_splits') else ''}subset of {allowed}")
-        for required in ("epfl_remnet", "fedavg", "pfl_uncompressed"):
-            if required not in self.main_methods:
-                raise ValueError(f"main_methods={self.main_methods}: the checks need {required!r}")
+        if not {"epfl_remnet", "fedavg", "pfl_uncompressed"} <= set(self.main_methods):
+            raise ValueError(f"main_methods={self.main_methods}: expected a list holding epfl_remnet, fedavg and pfl_uncompressed (the checks)")
         if not self.seeds or min(self.seeds) < 0 or len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds={self.seeds}: expected distinct integers >= 0")
-        if any(not 0 < k <= 1 for k in self.pareto_k_fractions) or any(r < 1 for r in self.pareto_sync_periods):
-            raise ValueError(f"Pareto grid k={self.pareto_k_fractions}, R={self.pareto_sync_periods}: expected k in (0, 1], R >= 1")
+        if not self.pareto_k_fractions or any(not 0 < k <= 1 for k in self.pareto_k_fractions):
+            raise ValueError(f"pareto_k_fractions={self.pareto_k_fractions}: expected fractions in (0, 1]")
+        if not self.pareto_sync_periods or any(r < 1 for r in self.pareto_sync_periods):
+            raise ValueError(f"pareto_sync_periods={self.pareto_sync_periods}: expected integers >= 1")
+        if self.run.clients_per_round > self.data.num_clients:
+            raise ValueError(f"clients_per_round={self.run.clients_per_round}: expected an integer in 1..{self.data.num_clients}")
 
     def method(self, name: str) -> rem_runner.Method:
         """The method `name` around `base`, with its own validation-chosen learning rate."""
