@@ -54,7 +54,8 @@ COLUMNS = (
     "final_val_mse_db_std",
     # The attacks after round 1, averaged run by run, then over seeds: round 1's attack reads the
     # initial model (at the constant guess under every noise defense), and the last attack alone
-    # moves ~10 m between neighbouring attacks; this mean spreads ~3x less over seeds.
+    # moves between neighbouring attacks; this mean spreads less over seeds (bench/RESULTS.md,
+    # "Adaptive's lambda_p").
     "late_attack_rmse_m_mean",
     "late_attack_rmse_m_std",
 )
@@ -62,9 +63,8 @@ STD_COLUMNS = tuple(c for c in COLUMNS if c.endswith("_std"))
 ALLOCATION_COLUMNS = ("method", "noise_multiplier", "seed", "round", "group", "weight", "phase")
 WEIGHT_PREFIX = "allocator/weight_"
 # A stage whose validation MSE stays within this many dB over its last DEAD_ROUNDS rounds is
-# reported as dead (a constant map: a ReLU output whose pre-activations are all negative). In the
-# front's first runs the last 10 rounds spread 0.2-1.3 dB where the model learns, 0.00-0.05 dB
-# where stage 2 died.
+# reported as dead (a constant map: a ReLU output whose pre-activations are all negative); the
+# spreads that set the threshold are in bench/RESULTS.md ("stage 2's output made linear").
 DEAD_ROUNDS, DEAD_SPREAD_DB = 10, 0.1
 
 

@@ -206,9 +206,8 @@ THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"
 
 def thread_limits(jobs: int, cores: int | None = None) -> dict:
     """Environment variables giving each of `jobs` concurrent children cores // jobs threads (at
-    least 1); none for one job, and none that the user has set. On the 2-core machine with two runs
-    of the front at once, OpenBLAS at its default (2 threads each) made the leakage basis 2.8x and
-    the attack's ridge 2.4x slower than at 1 thread (bench/RESULTS.md, "Threads per run")."""
+    least 1); none for one job, and none that the user has set: OpenBLAS at its default threads
+    slowed two runs at once on 2 cores (bench/RESULTS.md, "Threads per run")."""
     if jobs <= 1:
         return {}
     per_child = str(max(1, (cores or os.cpu_count() or 1) // jobs))

@@ -89,7 +89,7 @@ TRAINERS = {LocalSteps.EPOCHS: train_epochs, LocalSteps.ONE_STEP: train_one_step
 # (its local epochs concatenated); batch i is rows [i*batch_size, (i+1)*batch_size). The loop is a
 # `tf.while_loop` over those slices: it gives the updates of the data-set trainers above (same
 # batches, same order) without `dataset.reduce`, whose reducer function TensorFlow instantiates
-# again at every call (about 0.2 s a client for RadioUNet, see bench/RESULTS.md).
+# again at every call (its cost: bench/RESULTS.md, "RadioUNet round against plain TensorFlow").
 def _num_batches(x, batch_size: int):
     n = tf.shape(x, out_type=tf.int64)[0]
     return n, (n + batch_size - 1) // batch_size

@@ -14,14 +14,14 @@ norm over input channels of every (tap, output channel), and every other tensor 
 Position leaks through where in the image the error concentrates: zero padding and stride-2
 (transposed) convolutions make a kernel's update depend on it. With an Adam client the first step
 is close to lr * sign(gradient), so the norms alone carry little; the signs of the first upload
-carry most of what the observer can use (on the default synthetic set at round 1: ridge on the
-norms 0.52x the constant guess, on the signed first upload 0.47x, with 1280 training traces).
+carry most of what the observer can use (the figures: bench/RESULTS.md, "Privacy: the
+localization attack").
 
 Regressor h: standardization then ridge regression (a one-layer linear network fitted in closed
 form, in the dual since features outnumber traces), its regularization chosen on a validation
 split of the training traces. Kernel ridge (RBF), k-nearest neighbours, gradient boosting and
 small MLPs on the same features all did worse than linear ridge with ~10^3 traces; what helps is
-more labelled traces (1280 -> 2560 traces: 0.47x -> 0.41x), which is why the observer may add
+more labelled traces (same section), which is why the observer may add
 its own simulated traces (`extra` pool in `run_attack`).
 
 Metric (Eq. (8)): RMSE of ||c_hat - c|| in meters, with the RMSE of the best constant guess (the

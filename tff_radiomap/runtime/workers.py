@@ -54,8 +54,8 @@ def worker_environment() -> dict:
     """The worker's environment: ours, with glibc's malloc limited to 2 arenas.
 
     With one arena per thread (glibc's default, up to 8 per core) the worker's resident memory
-    grows by ~2 MB a RadioUNet round without bound (freed memory stays in per-thread arenas);
-    with 2 arenas it stays nearly flat (bench/memory_flat.py). A MALLOC_ARENA_MAX already set wins.
+    grows every RadioUNet round without bound (freed memory stays in per-thread arenas); with 2
+    arenas it stays nearly flat (bench/memory_flat.py; bench/RESULTS.md, "Memory over a 50-round run"). A MALLOC_ARENA_MAX already set wins.
     """
     return {**os.environ, "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", "2")}
 
