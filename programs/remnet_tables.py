@@ -66,7 +66,13 @@ flags.DEFINE_bool(
 )
 flags.DEFINE_bool("tune", False, "Run the validation sweep (remnet_tuning.GRID) on --tune_scenario, block split, seed 0, and write tuning.csv/md; no tables.")
 flags.DEFINE_string("tune_scenario", "heavy", "Scenario of the validation sweep.")
-flags.DEFINE_integer("tune_rounds", 40, "Rounds of each sweep run.")
+flags.DEFINE_integer("tune_rounds", 120, "Rounds of each sweep run (the round budget is chosen within them).")
+flags.DEFINE_list(
+    "tune_methods",
+    list(remnet_tuning.GRID),
+    "Methods whose candidates the sweep trains (several invocations with disjoint lists can share the CPU cores; "
+    "one with all of them then reads the finished runs back and writes the complete tuning tables).",
+)
 flags.DEFINE_list("pareto_k", ["0.01", "0.05", "0.2"], "k_fraction values of the Pareto grid.")
 flags.DEFINE_list("pareto_r", ["1", "2"], "Sync periods R of the Pareto grid.")
 flags.DEFINE_string("data_root", None, "RadioMapSeer-layout folder; default: the built-in synthetic REM set.")
@@ -95,6 +101,12 @@ def tables_config():
     common.require(len(shard) == 2 and all(v.isdigit() for v in shard) and int(shard[0]) < int(shard[1]), "shard", FLAGS.shard, "I/N with 0 <= I < N")
     common.require(not FLAGS.claims or (FLAGS.shard and os.path.isdir(FLAGS.claims)), "claims", FLAGS.claims, "an existing folder, with --shard")
     common.require(FLAGS.tune_rounds >= 5, "tune_rounds", FLAGS.tune_rounds, "an integer >= 5")
+    common.require(
+        FLAGS.tune_methods and set(FLAGS.tune_methods) <= set(remnet_tuning.GRID),
+        "tune_methods",
+        ",".join(FLAGS.tune_methods),
+        f"a subset of {tuple(remnet_tuning.GRID)}",
+    )
     common.require(FLAGS.tune_scenario in rem_points.SCENARIOS, "tune_scenario", FLAGS.tune_scenario, f"one of {rem_points.SCENARIOS}")
     common.require(FLAGS.rem_size in (256, 512, 1024), "rem_size", FLAGS.rem_size, "256, 512 or 1024")
     seeds = _numbers("seeds", int, "distinct integers >= 0")
@@ -121,7 +133,7 @@ def tables_config():
 def tune(config) -> None:
     """The validation sweep: tuning.csv (every candidate's validation curve) and tuning.md."""
     data = dataclasses.replace(config.data, test_split="block", seed=0)
-    rows = remnet_tuning.run_sweep(FLAGS.out, data, FLAGS.tune_scenario, FLAGS.tune_rounds, base=config.base)
+    rows = remnet_tuning.run_sweep(FLAGS.out, data, FLAGS.tune_scenario, FLAGS.tune_rounds, base=config.base, methods=tuple(FLAGS.tune_methods))
     chosen = remnet_tuning.choose(rows)
     budget = remnet_tuning.round_budget(rows, chosen)
     last = [dict(r, chosen=r["label"] in chosen.values()) for r in rows if r["round"] == FLAGS.tune_rounds]

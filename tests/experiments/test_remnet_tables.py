@@ -161,3 +161,25 @@ def test_an_ablation_equal_to_the_full_method_gets_no_row(tmp_path):
     tables = remnet_tables.build_tables(config, _fake_results(tmp_path, config))
     variants = [r["variant"] for r in tables["ablation"] if r["split"] == "block"]
     assert "w/o periodic sync" not in variants and "w/o Top-K" in variants and "Full" in variants
+
+
+def test_the_sweep_trains_only_the_methods_asked_for(tmp_path, monkeypatch):
+    """`run_sweep(methods=...)`: the candidates of the other methods are neither trained nor reported
+    (two invocations with disjoint lists share the cores; a third with all reads them back)."""
+    trained = []
+
+    def fake_run(run_dir, scenario, method, run, log=None, processes=None):
+        trained.append((method.name, method.config.client_learning_rate))
+        os.makedirs(run_dir, exist_ok=True)
+        with open(os.path.join(run_dir, "metrics.csv"), "w", newline="") as f:
+            w = csv.DictWriter(f, ["round", "val_macro_rmse", "cum_uplink_mb"])
+            w.writeheader()
+            w.writerows({"round": r, "val_macro_rmse": 5.0 - r / 10, "cum_uplink_mb": r} for r in range(run.rounds))
+        return {"val": {"macro_rmse": 5.0 - (run.rounds - 1) / 10}}
+
+    monkeypatch.setattr(rem_points, "load_scenarios", lambda data, names: {n: None for n in names})
+    monkeypatch.setattr(stacked_runner, "run_stacked", fake_run)
+    rows = remnet_tuning.run_sweep(str(tmp_path), rem_points.RemPointsConfig(), rounds=10, methods=("fedavg", "ditto"), log=lambda *_: None)
+    expected = [(name, params["client_learning_rate"]) for name in ("fedavg", "ditto") for params in remnet_tuning.GRID[name]]
+    assert trained == expected
+    assert {r["method"] for r in rows} == {"fedavg", "ditto"} and {r["round"] for r in rows} == set(range(1, 11))

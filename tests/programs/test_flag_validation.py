@@ -128,6 +128,7 @@ CASES = {
         (["--methods=epfl_remnet,fedavg,pfl_uncompressed,fedprox"], "--methods='epfl_remnet,fedavg,pfl_uncompressed,fedprox': expected a subset of"),
         (["--rem_size=300"], "--rem_size=300: expected 256, 512 or 1024"),
         (["--tune_rounds=2"], "--tune_rounds=2: expected an integer >= 5"),
+        (["--tune_methods=fedavg,fedprox"], "--tune_methods='fedavg,fedprox': expected a subset of"),
         (["--jobs=0"], "--jobs=0: expected an integer >= 1"),
         (["--shard=2/2"], "--shard='2/2': expected I/N with 0 <= I < N"),
         (["--data_root=" + MISSING], f"--data_root='{MISSING}': expected an existing folder"),

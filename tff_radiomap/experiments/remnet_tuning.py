@@ -50,13 +50,23 @@ def candidate(name: str, params: dict, base: EpflRemnetConfig) -> rem_runner.Met
 
 
 def run_sweep(
-    out_dir: str, data: rem_points.RemPointsConfig, scenario: str = "heavy", rounds: int = 40, seed: int = 0, base=EpflRemnetConfig(), log=print
+    out_dir: str,
+    data: rem_points.RemPointsConfig,
+    scenario: str = "heavy",
+    rounds: int = 40,
+    seed: int = 0,
+    base=EpflRemnetConfig(),
+    log=print,
+    methods: tuple[str, ...] | None = None,
 ) -> list[dict]:
-    """Trains every candidate; returns one row per candidate and evaluated round (validation only)."""
+    """Trains every candidate (of `methods`, default all of GRID's); returns one row per candidate
+    and evaluated round (validation only). A finished candidate's run is read back, not retrained."""
     sc = rem_points.load_scenarios(data, (scenario,))[scenario]
     run = rem_runner.RunConfig(rounds=rounds, eval_every=5, checkpoint_every=10, seed=seed)
     rows, processes = [], {}
     for name, grid in GRID.items():
+        if methods is not None and name not in methods:
+            continue
         for params in grid:
             label = candidate_label(name, params)
             run_dir = os.path.join(out_dir, "tuning", scenario, data.test_split, label)
