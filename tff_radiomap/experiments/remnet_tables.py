@@ -52,8 +52,8 @@ WORST_FRACTION = 0.1
 # bench/RESULTS.md "EPFL-REMNet under a validation split"): EPFL-REMNet's configuration, each
 # method's client learning rate, and the one round budget of every method.
 TUNED_BASE = EpflRemnetConfig(client_learning_rate=1e-2, k_fraction=0.02, sync_period=1, ema_decay=0.5)
-TUNED_LEARNING_RATES = (("fedavg", 1e-2), ("fedfly", 1e-2), ("pfedgp", 3e-3), ("fedrep", 1e-3), ("ditto", 3e-3), ("pfl_uncompressed", 1e-2))
-ROUND_BUDGET = 40
+TUNED_LEARNING_RATES = (("fedavg", 1e-2), ("fedfly", 1e-2), ("pfedgp", 1e-3), ("fedrep", 3e-3), ("ditto", 3e-3), ("pfl_uncompressed", 1e-2))
+ROUND_BUDGET = 115
 
 
 @dataclasses.dataclass(frozen=True)
