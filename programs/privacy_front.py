@@ -49,7 +49,7 @@ import tensorflow  # noqa: E402, F401  (imported before absl's main; see program
 from absl import app, flags  # noqa: E402
 
 from programs import common  # noqa: E402
-from tff_radiomap.experiments import privacy_front  # noqa: E402
+from tff_radiomap.experiments import front_report, privacy_front  # noqa: E402
 from tff_radiomap.experiments import privacy_radiomap as experiment  # noqa: E402
 from tff_radiomap.experiments import privacy_table  # noqa: E402
 from tff_radiomap.experiments.privacy_table import ChildRuns  # noqa: E402
@@ -155,9 +155,8 @@ def main(argv):
     skip = None if FLAGS.overwrite else experiment.holds_finished_run
 
     def front():
-        return privacy_front.run_front(
-            base, FLAGS.methods, _nus(), _seeds(), FLAGS.output_dir, run_fn=run_fn, jobs=FLAGS.jobs if children else 1, report=FLAGS.report, skip=skip
-        )
+        privacy_front.run_front(base, FLAGS.methods, _nus(), _seeds(), FLAGS.output_dir, run_fn=run_fn, jobs=FLAGS.jobs if children else 1, skip=skip)
+        return front_report.write_results(FLAGS.output_dir, FLAGS.methods, _nus(), _seeds()) if FLAGS.report else None
 
     result = common.run_privacy_runs(front, children, local, root, FLAGS.output_dir)
     if result is None:
@@ -168,7 +167,7 @@ def main(argv):
 
 def report_only() -> None:
     try:
-        result = privacy_front.write_results(FLAGS.output_dir, FLAGS.methods, _nus(), _seeds(), skip_missing=True)
+        result = front_report.write_results(FLAGS.output_dir, FLAGS.methods, _nus(), _seeds(), skip_missing=True)
     except FileNotFoundError as exc:
         common.fail(f"--output_dir={FLAGS.output_dir!r}: {exc}", code=1)
     if result["missing"]:

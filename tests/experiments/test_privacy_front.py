@@ -10,6 +10,7 @@ import os
 
 import pytest
 
+from tff_radiomap.experiments import front_report
 from tff_radiomap.experiments import privacy_front as pf
 
 NAN = ""
@@ -51,8 +52,7 @@ class _Config:
 def test_noise_free_methods_run_once_per_seed_the_others_once_per_nu_and_seed(tmp_path):
     root = str(tmp_path)
     calls = []
-    out = pf.run_front(_Config(), ["none", "uniform", "clip"], [0.01, 0.1], [0, 1], root, run_fn=lambda c, d: calls.append((c, d)), report=False)
-    assert out is None  # report=False: the runs only.
+    pf.run_front(_Config(), ["none", "uniform", "clip"], [0.01, 0.1], [0, 1], root, run_fn=lambda c, d: calls.append((c, d)))
     expected = []
     for s in (0, 1):
         expected += [(_Config("none", s, 0.0), "none_s" + str(s))]
@@ -66,19 +66,19 @@ def test_runs_the_skip_predicate_accepts_are_not_handed_to_run_fn(tmp_path):
     root = str(tmp_path)
     calls = []
     done = {os.path.join(root, "none_s0"), os.path.join(root, "uniform_nu0.1_s1")}
-    pf.run_front(_Config(), ["none", "uniform"], [0.1], [0, 1], root, run_fn=lambda c, d: calls.append(d), report=False, skip=lambda c, d: d in done)
+    pf.run_front(_Config(), ["none", "uniform"], [0.1], [0, 1], root, run_fn=lambda c, d: calls.append(d), skip=lambda c, d: d in done)
     assert calls == [os.path.join(root, n) for n in ("uniform_nu0.1_s0", "none_s1")]
 
     def refuse(c, d):
         raise ValueError(f"{d}: another run")
 
     with pytest.raises(ValueError, match="none_s0: another run"):
-        pf.run_front(_Config(), ["none"], [0.1], [0], root, run_fn=lambda c, d: calls.append(d), report=False, skip=refuse)
+        pf.run_front(_Config(), ["none"], [0.1], [0], root, run_fn=lambda c, d: calls.append(d), skip=refuse)
     assert len(calls) == 2  # Refused before any run.
 
 
 def test_front_csv_holds_one_row_per_method_and_nu_with_means_over_seeds(runs):
-    out = pf.write_results(runs, ["none", "uniform"], [0.01], [0, 1])
+    out = front_report.write_results(runs, ["none", "uniform"], [0.01], [0, 1])
     with open(out["csv"]) as f:
         reader = csv.DictReader(f)
         rows = list(reader)
@@ -121,14 +121,14 @@ def test_front_csv_holds_one_row_per_method_and_nu_with_means_over_seeds(runs):
 
 def test_a_missing_run_is_named_and_skipped_only_when_asked(runs):
     with pytest.raises(FileNotFoundError, match="uniform_nu0.1_s1 has no finished run"):
-        pf.write_results(runs, ["none", "uniform"], [0.01, 0.1], [0, 1])
+        front_report.write_results(runs, ["none", "uniform"], [0.01, 0.1], [0, 1])
     os.remove(os.path.join(runs, "none_s1", "summary.json"))  # Started, not finished.
-    out = pf.write_results(runs, ["none", "uniform"], [0.01, 0.1], [0, 1], skip_missing=True)
+    out = front_report.write_results(runs, ["none", "uniform"], [0.01, 0.1], [0, 1], skip_missing=True)
     assert out["missing"] == ["none_s1", "uniform_nu0.1_s1"]
     assert [(r["method"], r["noise_multiplier"], r["seeds"]) for r in out["rows"]] == [("none", 0.0, 1), ("uniform", 0.01, 2), ("uniform", 0.1, 1)]
     assert "Not finished, left out: none_s1, uniform_nu0.1_s1." in open(out["table_md"]).read()
     with pytest.raises(FileNotFoundError, match="no finished run of the front"):
-        pf.write_results(runs, ["clip"], [0.01], [0], skip_missing=True)
+        front_report.write_results(runs, ["clip"], [0.01], [0], skip_missing=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,7 +164,7 @@ def test_one_seed_has_no_std_and_max_epsilon_is_the_worst_seed_or_no_guarantee(r
         summary = json.load(open(path))
         summary["privacy"] = {"delta": 1e-5, "max_epsilon": eps, "clients_with_uploads": 3, "max_uploads_per_client": 2}
         json.dump(summary, open(path, "w"))
-    out = pf.write_results(runs, ["none", "uniform"], [0.01, 0.1], [0, 1], skip_missing=True)
+    out = front_report.write_results(runs, ["none", "uniform"], [0.01, 0.1], [0, 1], skip_missing=True)
     rows = {(r["method"], r["noise_multiplier"]): r for r in csv.DictReader(open(out["csv"]))}
     one = rows[("uniform", "0.1")]
     assert (one["seeds"], one["best_val_mse_db_mean"], one["best_val_mse_db_std"], one["final_attack_rmse_m_std"]) == ("1", "-5.0", "", "")
@@ -196,9 +196,9 @@ def test_allocation_csv_holds_every_recorded_weight_and_the_moves_per_run(tmp_pa
     stage2 = [(2, -12.0 - 0.1 * i, {"block0": 0.5, "residual": 0.5 - 0.1 * i}) for i in range(2)]
     _fake_adaptive_run(root, "adaptive_nu0.01_s0", stage1 + stage2)
     _fake_run(root, "uniform_nu0.01_s0", -15.0, [(1, 50, 100)])  # Records no allocation.
-    out = pf.write_results(root, ["uniform", "adaptive"], [0.01], [0, 1], skip_missing=True)
+    out = front_report.write_results(root, ["uniform", "adaptive"], [0.01], [0, 1], skip_missing=True)
     rows = list(csv.DictReader(open(out["allocation_csv"])))
-    assert tuple(rows[0]) == pf.ALLOCATION_COLUMNS
+    assert tuple(rows[0]) == front_report.ALLOCATION_COLUMNS
     assert len(rows) == 10 and {r["method"] for r in rows} == {"adaptive"}
     assert rows[2] == dict(method="adaptive", noise_multiplier="0.01", seed="0", round="2", group="block0", weight="0.26", phase="1")
     (move,) = out["allocation_moves"]
@@ -206,16 +206,16 @@ def test_allocation_csv_holds_every_recorded_weight_and_the_moves_per_run(tmp_pa
     assert move["within_phase"] == pytest.approx(0.1)  # stage 2's residual 0.5 -> 0.4
     assert "| adaptive_nu0.01_s0 | 1-5 | 0.350 | 0.100 |" in open(out["table_md"]).read()
     assert os.path.getsize(out["allocation_figure"]) > 10_000
-    assert "allocation_csv" not in pf.write_results(root, ["uniform"], [0.01], [0])  # No run records one.
+    assert "allocation_csv" not in front_report.write_results(root, ["uniform"], [0.01], [0])  # No run records one.
 
 
 def test_a_stage_that_ends_at_a_constant_validation_mse_is_noted_as_dead(tmp_path):
     root = str(tmp_path)
     alive = [(1, -16.0 + 0.02 * i, {}) for i in range(12)]  # 0.18 dB over the last 10 rounds
-    dead = [(1, -16.0, {})] * 2 + [(2, -12.39, {})] * pf.DEAD_ROUNDS
+    dead = [(1, -16.0, {})] * 2 + [(2, -12.39, {})] * front_report.DEAD_ROUNDS
     _fake_adaptive_run(root, "none_s0", alive)
     _fake_adaptive_run(root, "none_s1", dead)
-    table = open(pf.write_results(root, ["none"], [0.01], [0, 1])["table_md"]).read()
+    table = open(front_report.write_results(root, ["none"], [0.01], [0, 1])["table_md"]).read()
     assert "- none_s1: stage 2's validation MSE stays at -12.39 dB over its last 10 rounds (a dead model)" in table
     assert "none_s0: stage" not in table
-    assert pf.dead_stage([]) is None and pf.dead_stage(pf.privacy_table.read_metrics(os.path.join(root, "none_s0"))) is None
+    assert front_report.dead_stage([]) is None and front_report.dead_stage(pf.privacy_table.read_metrics(os.path.join(root, "none_s0"))) is None

@@ -1,0 +1,327 @@
+"""The privacy-utility front's tables and figures, from the runs `privacy_front.run_front` finished.
+
+`write_results` reads the runs in `output_dir` (`privacy_front.run_name`) and writes
+
+    front.csv, front.md   one row per (method, nu): best validation MSE (dB) and the attacker RMSE
+                          (m) at the last attack, mean and std over seeds (std empty, 'n/a' in
+                          front.md, for one seed); the attacker RMSE averaged over a run's attacks;
+                          the constant-guess floor; the max epsilon (delta 1e-5) over the seeds'
+                          clients, empty ('no guarantee' in front.md) where a run's uploads have
+                          none (`privacy_accounting.max_epsilon_of_run`; replayed for old runs);
+                          then the final validation MSE (dB; after the last round: stage 2's
+                          output, which the best, often stage 1's, does not see)
+    front.png             attacker RMSE against best validation MSE, one line per method across
+                          nu, error bars (std over seeds) in both axes, the constant guess dashed
+    allocation.csv, .png  where runs learn their allocation (Adaptive): the mean client's weight
+                          of each group after each round (`ALLOCATION_COLUMNS`; the allocator's
+                          `allocator/weight_<group>` measurements), one panel per run
+
+A run counts once its summary.json is written. `write_results(..., skip_missing=True)` reports
+from the finished runs alone and names the others. Reading the runs reuses Table I's pieces
+(`privacy_table.read_metrics`, `mean_std`, `last_attack`).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+
+import numpy as np
+
+from tff_radiomap.experiments import privacy_accounting, privacy_table
+from tff_radiomap.experiments.privacy_front import NOISE_FREE, cells, finished, run_name
+from tff_radiomap.experiments.privacy_table import LABELS
+
+COLUMNS = (
+    "method",
+    "noise_multiplier",
+    "seeds",
+    "best_val_mse_db_mean",
+    "best_val_mse_db_std",
+    "final_attack_rmse_m_mean",
+    "final_attack_rmse_m_std",
+    "mean_attack_rmse_m_mean",
+    "constant_rmse_m",
+    "max_epsilon",  # The columns before it are those of fronts written before it existed.
+    "final_val_mse_db_mean",  # The model after the last round (stage 2's), which best_val may not see.
+    "final_val_mse_db_std",
+    # The attacks after round 1, averaged run by run, then over seeds: round 1's attack reads the
+    # initial model (at the constant guess under every noise defense), and the last attack alone
+    # moves between neighbouring attacks; this mean spreads less over seeds (bench/RESULTS.md,
+    # "Adaptive's lambda_p").
+    "late_attack_rmse_m_mean",
+    "late_attack_rmse_m_std",
+)
+STD_COLUMNS = tuple(c for c in COLUMNS if c.endswith("_std"))
+ALLOCATION_COLUMNS = ("method", "noise_multiplier", "seed", "round", "group", "weight", "phase")
+WEIGHT_PREFIX = "allocator/weight_"
+# A stage whose validation MSE stays within this many dB over its last DEAD_ROUNDS rounds is
+# reported as dead (a constant map: a ReLU output whose pre-activations are all negative); the
+# spreads that set the threshold are in bench/RESULTS.md ("stage 2's output made linear").
+DEAD_ROUNDS, DEAD_SPREAD_DB = 10, 0.1
+
+
+def front_rows(output_dir: str, methods, noise_multipliers, seeds, skip_missing: bool = False) -> tuple[list[dict], list[str], list[str]]:
+    """(rows, missing run names, notes on attacks skipped before the last round).
+
+    A row per (method, nu) with at least one finished seed; without `skip_missing` an unfinished
+    run raises FileNotFoundError naming it.
+    """
+    rows, missing, notes = [], [], []
+    for method, nu in cells(methods, noise_multipliers):
+        runs = []
+        for seed in seeds:
+            run_dir = os.path.join(output_dir, run_name(method, nu, seed))
+            if not finished(run_dir):
+                if not skip_missing:
+                    raise FileNotFoundError(f"{run_dir} has no finished run (summary.json, metrics.csv)")
+                missing.append(os.path.basename(run_dir))
+                continue
+            with open(os.path.join(run_dir, "summary.json")) as f:
+                summary = json.load(f)
+            runs.append((seed, summary, privacy_table.read_metrics(run_dir), privacy_accounting.max_epsilon_of_run(run_dir, summary)))
+        if not runs:
+            continue
+        last = [privacy_table.last_attack(metrics) for _, _, metrics, _ in runs]
+        for (seed, _, metrics, _), (_, at) in zip(runs, last):
+            final = max((int(r["round"]) for r in metrics), default=0)
+            if at < final:
+                notes.append(f"{run_name(method, nu, seed)}: last attack at round {at} of {final} (later ones skipped: model not finite)")
+            dead = dead_stage(metrics)
+            if dead is not None:
+                notes.append(
+                    f"{run_name(method, nu, seed)}: stage {dead[0]}'s validation MSE stays at {dead[1]:.2f} dB over its last {DEAD_ROUNDS} rounds (a dead model)"
+                )
+        best = privacy_table.mean_std([s["best_val_mse_db"] for _, s, _, _ in runs])
+        final_mse = privacy_table.mean_std([s.get("final_val_mse_db", np.nan) for _, s, _, _ in runs])
+        final_attack = privacy_table.mean_std([a for a, _ in last])
+        per_run_mean = [privacy_table.mean_std([r.get("attack_rmse_m", np.nan) for r in metrics])[0] for _, _, metrics, _ in runs]
+        constant = [privacy_table.mean_std([r.get("attack_constant_rmse_m", np.nan) for r in metrics])[0] for _, _, metrics, _ in runs]
+        late = privacy_table.mean_std(
+            [privacy_table.mean_std([r.get("attack_rmse_m", np.nan) for r in metrics if int(r["round"]) > 1])[0] for _, _, metrics, _ in runs]
+        )
+        epsilons = [e for _, _, _, e in runs]
+        rows.append(
+            dict(
+                zip(
+                    COLUMNS,
+                    (
+                        method,
+                        nu,
+                        len(runs),
+                        best[0],
+                        best[1],
+                        final_attack[0],
+                        final_attack[1],
+                        privacy_table.mean_std(per_run_mean)[0],
+                        privacy_table.mean_std(constant)[0],  # Run by run, then over seeds.
+                        _worst(epsilons),
+                        final_mse[0],
+                        final_mse[1],
+                        late[0],
+                        late[1],
+                    ),
+                )
+            )
+        )
+    return rows, missing, notes
+
+
+def dead_stage(metrics: list[dict]) -> tuple[int, float] | None:
+    """(phase, dB) if the run's last phase ends with DEAD_ROUNDS rounds of a constant validation
+    MSE (spread under DEAD_SPREAD_DB), else None."""
+    if not metrics:
+        return None
+    phase = metrics[-1].get("phase")
+    tail = [r["val_mse_db"] for r in metrics if r.get("phase") == phase][-DEAD_ROUNDS:]
+    if len(tail) < DEAD_ROUNDS or not np.all(np.isfinite(tail)) or np.ptp(tail) >= DEAD_SPREAD_DB:
+        return None
+    return int(phase), float(np.mean(tail))
+
+
+def allocation_rows(output_dir: str, methods, noise_multipliers, seeds) -> list[dict]:
+    """`ALLOCATION_COLUMNS` rows of every finished run that records its allocation."""
+    rows = []
+    for method, nu in cells(methods, noise_multipliers):
+        for seed in seeds:
+            run_dir = os.path.join(output_dir, run_name(method, nu, seed))
+            if not finished(run_dir):
+                continue
+            for r in privacy_table.read_metrics(run_dir):
+                for key, weight in r.items():
+                    if key.startswith(WEIGHT_PREFIX) and np.isfinite(weight):
+                        rows.append(dict(zip(ALLOCATION_COLUMNS, (method, nu, seed, int(r["round"]), key[len(WEIGHT_PREFIX) :], weight, int(r["phase"])))))
+    return rows
+
+
+def allocation_moves(rows: list[dict]) -> list[dict]:
+    """Per run: the largest change of a group's weight between its first and last recorded round
+    (`first_to_last`), and within one phase (`within_phase`)."""
+    runs = {}
+    for r in rows:
+        runs.setdefault((r["method"], r["noise_multiplier"], r["seed"]), []).append(r)
+    moves = []
+    for (method, nu, seed), rs in runs.items():
+
+        def weights(select):
+            return {r["group"]: r["weight"] for r in rs if select(r)}
+
+        first_round, last_round = min(r["round"] for r in rs), max(r["round"] for r in rs)
+        first, last = weights(lambda r: r["round"] == first_round), weights(lambda r: r["round"] == last_round)
+        within = 0.0
+        for phase in {r["phase"] for r in rs}:
+            rounds = [r["round"] for r in rs if r["phase"] == phase]
+            a, b = weights(lambda r: r["phase"] == phase and r["round"] == min(rounds)), weights(lambda r: r["phase"] == phase and r["round"] == max(rounds))
+            within = max([within] + [abs(b[g] - a[g]) for g in a if g in b])
+        moves.append(
+            dict(
+                method=method,
+                noise_multiplier=nu,
+                seed=seed,
+                first_round=first_round,
+                last_round=last_round,
+                first_to_last=max([abs(last[g] - first[g]) for g in first if g in last], default=0.0),
+                within_phase=within,
+            )
+        )
+    return moves
+
+
+def _worst(epsilons) -> float | None:
+    """The worst client of any seed: None (no guarantee) if a run has none, nan if one is not known."""
+    if any(e is None for e in epsilons):
+        return None
+    return float("nan") if any(not np.isfinite(e) for e in epsilons) else max(epsilons)
+
+
+def write_results(output_dir: str, methods, noise_multipliers, seeds, skip_missing: bool = False) -> dict:
+    """Writes front.csv, front.md and front.png from the finished runs; returns their paths, the
+    rows and the names of the missing runs. FileNotFoundError if no run (or, without
+    `skip_missing`, not every run) is finished."""
+    rows, missing, notes = front_rows(output_dir, methods, noise_multipliers, seeds, skip_missing)
+    if not rows:
+        raise FileNotFoundError(f"{output_dir} holds no finished run of the front (missing: {', '.join(missing)})")
+    paths = {k: os.path.join(output_dir, f"front.{k}") for k in ("csv", "md", "png")}
+    with open(paths["csv"], "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows({k: privacy_table.csv_cell(v) if k in STD_COLUMNS + ("max_epsilon",) else v for k, v in r.items()} for r in rows)
+    allocation = allocation_rows(output_dir, methods, noise_multipliers, seeds)
+    moves = allocation_moves(allocation)
+    with open(paths["md"], "w") as f:
+        f.write(_markdown(rows, seeds, missing, notes, moves))
+    _figure(paths["png"], rows)
+    result = {"rows": rows, "missing": missing, "table_md": paths["md"], "csv": paths["csv"], "figure": paths["png"]}
+    if allocation:
+        result.update(
+            allocation_csv=os.path.join(output_dir, "allocation.csv"), allocation_figure=os.path.join(output_dir, "allocation.png"), allocation_moves=moves
+        )
+        with open(result["allocation_csv"], "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=ALLOCATION_COLUMNS)
+            writer.writeheader()
+            writer.writerows(allocation)
+        _allocation_figure(result["allocation_figure"], allocation)
+    return result
+
+
+def _markdown(rows, seeds, missing, notes, moves=()) -> str:
+    lines = [
+        f"Privacy-utility front (seeds {', '.join(map(str, seeds))}; mean +- std over the seeds of each row)",
+        "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "| " + " | ".join("---" for _ in COLUMNS) + " |",
+    ]
+    for r in rows:
+        values = [r["method"], f"{r['noise_multiplier']:g}", str(r["seeds"])]
+        for c in COLUMNS[3:]:
+            if c == "max_epsilon":
+                eps = r[c]
+                values.append("no guarantee" if eps is None else "n/a" if not np.isfinite(eps) else f"{eps:.3g}")
+            else:
+                values.append(privacy_table.std_text(r[c]) if c in STD_COLUMNS else f"{r[c]:.2f}")
+        lines.append("| " + " | ".join(values) + " |")
+    lines += [
+        "",
+        f"max_epsilon: the worst client's epsilon at delta {privacy_accounting.DELTA:g} over the seeds, against an observer of "
+        "individual uploads (each client composes its own uploads; no amplification by sampling); 'no guarantee' where an "
+        "upload had none; 'n/a' where a run's is not known (no config.json). std 'n/a': fewer than two seeds with a value. "
+        "final_val_mse_db: after the last round (stage 2's output), where best_val_mse_db may be stage 1's. "
+        "late_attack_rmse_m: the mean of a run's attacks after round 1, then over seeds (less noisy than the last attack).",
+    ]
+    if moves:
+        lines += [
+            "",
+            "Learned allocations (allocation.csv): the largest change of a group's weight, between the first and last "
+            "recorded round, and within one phase (each phase has its own allocator and groups).",
+            "",
+            "| run | rounds | first to last | within a phase |",
+            "| --- | --- | --- | --- |",
+        ]
+        lines += [
+            f"| {run_name(m['method'], m['noise_multiplier'], m['seed'])} | {m['first_round']}-{m['last_round']} | "
+            f"{m['first_to_last']:.3f} | {m['within_phase']:.3f} |"
+            for m in moves
+        ]
+    if notes:
+        lines += [""] + [f"- {n}" for n in notes]
+    if missing:
+        lines += ["", f"Not finished, left out: {', '.join(missing)}."]
+    return "\n".join(lines) + "\n"
+
+
+def _figure(path: str, rows) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 5))
+    for method in dict.fromkeys(r["method"] for r in rows):
+        points = sorted((r for r in rows if r["method"] == method), key=lambda r: r["noise_multiplier"])
+        x, y = [p["best_val_mse_db_mean"] for p in points], [p["final_attack_rmse_m_mean"] for p in points]
+        bar = lambda key: [np.nan_to_num(p[key]) for p in points]  # noqa: E731  (one seed: no bar)
+        bars = dict(xerr=bar("best_val_mse_db_std"), yerr=bar("final_attack_rmse_m_std"), capsize=3)
+        if method == "none":
+            ax.errorbar(x, y, **bars, color="k", marker="*", markersize=14, linestyle="none", zorder=3, label=LABELS["none"])
+        else:
+            ax.errorbar(x, y, **bars, marker="o", label=LABELS.get(method, method))
+        for p, px, py in zip(points, x, y):
+            if method not in NOISE_FREE:
+                ax.annotate(rf"$\nu$={p['noise_multiplier']:g}", (px, py), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    constant = privacy_table.mean_std([r["constant_rmse_m"] for r in rows])[0]
+    if np.isfinite(constant):
+        ax.axhline(constant, color="k", linestyle="--", label="constant guess")
+    ax.set(xlabel="best validation MSE (dB)", ylabel="final attacker RMSE (m)", title="Privacy-utility front")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _allocation_figure(path: str, rows: list[dict]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = sorted({(r["method"], r["noise_multiplier"], r["seed"]) for r in rows})
+    cols = min(3, len(runs))
+    nrows = -(-len(runs) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.2 * nrows), squeeze=False, sharey=True)
+    for ax, run in zip(axes.flat, runs):
+        mine = [r for r in rows if (r["method"], r["noise_multiplier"], r["seed"]) == run]
+        for group in dict.fromkeys(r["group"] for r in mine):
+            points = sorted((r["round"], r["weight"]) for r in mine if r["group"] == group)
+            ax.plot(*zip(*points), marker=".", markersize=3, label=group)
+        for change in sorted({r["round"] for r in mine if r["phase"] != mine[0]["phase"]})[:1]:
+            ax.axvline(change - 0.5, color="k", linestyle=":", linewidth=0.8)
+        ax.set(title=run_name(*run), xlabel="round", ylabel="weight (mean client)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    for ax in list(axes.flat)[len(runs) :]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
