@@ -5,7 +5,7 @@ C clients at once in one `tf.function`: every parameter of the client models is 
 [C, ...], a local step is one batched matmul per layer, Adam (TFF's `build_adam` formula) runs
 per client, and the upload pipeline (error feedback Eq. (9)-(10), Top-K, b-bit symmetric
 quantization with one scale per tensor, the equal- or example-weighted mean) is applied per row.
-Initial values and keys come from `epfl_remnet.model_layout`, shuffles from the same stateless
+Initial values and keys come from `model_layout.model_layout`, shuffles from the same stateless
 seeds (client seed, round, epoch) as the TFF client computation, so a round equals the TFF
 process's round to float tolerance (tests/learning/test_epfl_stacked.py). It exists because the
 tables need hundreds of runs and the TFF worker's round for 90 clients is slow by comparison
@@ -35,6 +35,7 @@ import tensorflow as tf
 from tff_radiomap.aggregators import quantization, wire
 from tff_radiomap.learning import epfl_remnet, epfl_steps
 from tff_radiomap.learning import local_model as local_lib
+from tff_radiomap.learning.model_layout import ModelLayout, model_layout
 
 LAYER_NORM_EPSILON = 1e-3  # Keras' LayerNormalization default.
 ADAM = dict(beta_1=0.9, beta_2=0.999, epsilon=1e-7)  # tff.learning.optimizers.build_adam defaults.
@@ -46,7 +47,7 @@ MODELS = ("remnet", "remnet_global", "remnet_split", "deep_kernel_gp")
 class StackedLayout:
     """Which stacked parameters exist: shared (server) keys and the clients' private keys."""
 
-    layout: epfl_remnet.ModelLayout
+    layout: ModelLayout
     model: str
     ditto: bool
 
@@ -69,7 +70,7 @@ def stacked_layout(config: epfl_remnet.EpflRemnetConfig, local: local_lib.LocalM
         raise ValueError("head='mlp' with dropout: the stacked clients have no dropout; set head_dropout=0")
     if config.ditto_lambda is not None and local.name != "remnet_global":
         raise ValueError("Ditto needs the whole model shared (split_head=False)")
-    return StackedLayout(epfl_remnet.model_layout(local, seed), local.name, config.ditto_lambda is not None)
+    return StackedLayout(model_layout(local, seed), local.name, config.ditto_lambda is not None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -219,11 +220,11 @@ def side_bytes_per_sample(config, local: local_lib.LocalModel) -> int:
     return 4 * (config.model.backbone_units[0] + config.model.outputs) if local.name == "remnet_split" else 0
 
 
-def upload_bytes(config, layout: epfl_remnet.ModelLayout) -> int:
+def upload_bytes(config, layout: ModelLayout) -> int:
     return epfl_remnet.upload_bytes_per_client(epfl_remnet.upload_factory(config), layout.uploaded_type)
 
 
-def dense_value_count(layout: epfl_remnet.ModelLayout) -> int:
+def dense_value_count(layout: ModelLayout) -> int:
     return wire.value_count(layout.shared_type)
 
 

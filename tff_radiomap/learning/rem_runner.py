@@ -30,6 +30,7 @@ import tensorflow as tf
 from tff_radiomap.data.rem_points import RemScenario
 from tff_radiomap.learning import epfl_remnet
 from tff_radiomap.learning import local_model as local_lib
+from tff_radiomap.learning.model_layout import ModelLayout
 from tff_radiomap.metrics.rem_accuracy import RemAccuracy, rem_accuracy
 from tff_radiomap.runtime import nan_injection, run_folder
 from tff_radiomap import seeds as seeds_lib
@@ -163,7 +164,7 @@ def evaluated_shared(server_state) -> collections.OrderedDict:
 class Evaluator:
     """Each client's personalized model (shared parameters + its private ones) on its test set."""
 
-    def __init__(self, local: local_lib.LocalModel, layout: epfl_remnet.ModelLayout, scenario: RemScenario):
+    def __init__(self, local: local_lib.LocalModel, layout: ModelLayout, scenario: RemScenario):
         self.local, self.layout, self.scenario = local, layout, scenario
         self.model = local.build()
         self.shared_vars, self.private_vars = local.shared(self.model), local.private(self.model)
