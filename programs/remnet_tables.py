@@ -179,9 +179,9 @@ def main(argv):
             return common.supervised(lambda: tune(config), runtime.install_local_context())
         if FLAGS.shard:
             shard = tuple(int(v) for v in FLAGS.shard.split("/"))
-            return common.supervised(
-                lambda: remnet_tables.run_all(config, FLAGS.out, shard=shard, claims_dir=FLAGS.claims or None), runtime.install_local_context()
-            )
+            # Nothing returned: absl's app.run exits with main's return value (a dict would exit 1).
+            common.supervised(lambda: remnet_tables.run_all(config, FLAGS.out, shard=shard, claims_dir=FLAGS.claims or None), runtime.install_local_context())
+            return None
         if FLAGS.jobs > 1 and not FLAGS.report_only:
             _run_children(FLAGS.jobs)
         if FLAGS.report_only or FLAGS.jobs > 1:
