@@ -80,8 +80,8 @@ flags.DEFINE_integer("map_id", 0, "Map of --data_root whose transmitters 0..3 ar
 flags.DEFINE_bool("overwrite", False, "Delete the results of every planned run in --out (of any configuration) and run them afresh.")
 
 
-def _numbers(flag, kind, expected):
-    """The comma-separated numbers of list flag `flag` (their ranges are the configuration's check)."""
+def _items(flag, kind=str, expected=""):
+    """The non-empty items of list flag `flag` as `kind` (what they may be is the configuration's check)."""
     values = getattr(FLAGS, flag)
     try:
         return tuple(kind(v) for v in values if v)
@@ -109,20 +109,20 @@ def tables_config():
     )
     common.require(FLAGS.tune_scenario in rem_points.SCENARIOS, "tune_scenario", FLAGS.tune_scenario, f"one of {rem_points.SCENARIOS}")
     common.require(FLAGS.rem_size in (256, 512, 1024), "rem_size", FLAGS.rem_size, "256, 512 or 1024")
-    seeds = _numbers("seeds", int, "distinct integers >= 0")
-    k_fractions = _numbers("pareto_k", float, "comma-separated numbers")
-    sync_periods = _numbers("pareto_r", int, "comma-separated integers >= 1")
+    seeds = _items("seeds", int, "distinct integers >= 0")
+    k_fractions = _items("pareto_k", float, "comma-separated numbers")
+    sync_periods = _items("pareto_r", int, "comma-separated integers >= 1")
     common.data_root(FLAGS.data_root)
     try:
         return remnet_tables.TablesConfig(
             data=rem_points.RemPointsConfig(root=FLAGS.data_root, map_id=FLAGS.map_id, rem_size=FLAGS.rem_size),
             run=rem_runner.RunConfig(rounds=FLAGS.rounds, clients_per_round=FLAGS.clients_per_round, eval_every=FLAGS.eval_every),
-            scenarios=tuple(v for v in FLAGS.scenarios if v),
-            test_splits=tuple(v for v in FLAGS.test_splits if v),
+            scenarios=_items("scenarios"),
+            test_splits=_items("test_splits"),
             seeds=seeds,
-            main_methods=tuple(v for v in FLAGS.methods if v),
-            detail_splits=tuple(v for v in FLAGS.detail_splits if v),
-            detail_scenarios=tuple(v for v in FLAGS.detail_scenarios if v),
+            main_methods=_items("methods"),
+            detail_splits=_items("detail_splits"),
+            detail_scenarios=_items("detail_scenarios"),
             pareto_k_fractions=k_fractions,
             pareto_sync_periods=sync_periods,
         )
