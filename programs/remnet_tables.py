@@ -35,7 +35,7 @@ from tff_radiomap.data import rem_points
 from tff_radiomap.data.radiomapseer import DataLayoutError
 from tff_radiomap.experiments import remnet_figures, remnet_tables, remnet_tuning
 from tff_radiomap.learning import rem_runner
-from tff_radiomap.runtime import run_folder
+from tff_radiomap.runtime import run_folder, threads
 
 FLAGS = flags.FLAGS
 ROUND_BUDGET = remnet_tables.ROUND_BUDGET
@@ -51,7 +51,10 @@ flags.DEFINE_list("detail_splits", ["block"], "Splits on which the ablations and
 flags.DEFINE_list("detail_scenarios", ["heavy"], "Scenarios on which the ablations and the Pareto grid run (may be empty).")
 flags.DEFINE_integer("rem_size", 256, "Map side of the built-in synthetic REM set (512: about 4x the pixels per client).")
 flags.DEFINE_integer(
-    "jobs", 1, "Runs trained at a time, each in its own child process (an interleaved share of the runs); the tables are written once all are done."
+    "jobs",
+    threads.available_cores(),
+    "Runs trained at a time, each in its own child process with its share of the cores (default: one per core; 1: all in this process); "
+    "the tables are written once all are done.",
 )
 flags.DEFINE_string("shard", "", "I/N trains only the I-th of N interleaved shares of the runs and writes no tables (e.g. one share per machine).")
 flags.DEFINE_string(
@@ -149,13 +152,15 @@ def tune(config) -> None:
 
 
 def _run_children(jobs: int) -> None:
-    """--jobs: this program `jobs` times at once, the children claiming runs from one shared plan
+    """--jobs: this program `jobs` times at once, each with its share of the cores
+    (`threads.thread_limits`), the children claiming runs from one shared plan
     (`remnet_tables.claim`); exit 1 if one fails."""
     args = [a for a in sys.argv[1:] if not a.startswith(("--jobs", "--shard", "--claims", "--overwrite", "--nooverwrite"))]
     claims = tempfile.mkdtemp(prefix=".claims-", dir=FLAGS.out)  # Fresh per invocation: a killed one's claims do not count.
+    env = {**os.environ, **threads.thread_limits(jobs)}
     try:
         children = [
-            subprocess.Popen([sys.executable, "-m", "programs.remnet_tables", *args, "--jobs=1", f"--shard={i}/{jobs}", f"--claims={claims}"])
+            subprocess.Popen([sys.executable, "-m", "programs.remnet_tables", *args, "--jobs=1", f"--shard={i}/{jobs}", f"--claims={claims}"], env=env)
             for i in range(jobs)
         ]
         codes = [child.wait() for child in children]

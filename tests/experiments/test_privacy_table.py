@@ -7,6 +7,7 @@ import threading
 import pytest
 
 from tff_radiomap.experiments import privacy_table as pt
+from tff_radiomap.runtime import threads
 
 
 def _fake_run(root, method, seed, best_db, attack):
@@ -113,14 +114,6 @@ def test_concurrent_runs_start_costliest_first_and_a_failed_run_is_named_after_t
     assert os.path.exists(out["table_md"])
 
 
-def test_concurrent_children_share_the_cores_out_unless_the_user_set_a_pool(monkeypatch):
-    for name in pt.THREAD_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-    assert pt.thread_limits(1, cores=2) == {}
-    assert pt.thread_limits(2, cores=2) == {name: "1" for name in pt.THREAD_VARIABLES}
-    assert pt.thread_limits(2, cores=8)["TF_NUM_INTRAOP_THREADS"] == "4"
-    assert pt.thread_limits(3, cores=2)["OPENBLAS_NUM_THREADS"] == "1"
-    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
-    assert "OPENBLAS_NUM_THREADS" not in pt.thread_limits(2, cores=2)
+def test_concurrent_children_get_the_cores_shared_out():
     children = pt.ChildRuns(lambda config: ["true"], jobs=2)
-    assert children.threads["TF_NUM_INTRAOP_THREADS"] == str(max(1, (os.cpu_count() or 1) // 2))
+    assert children.threads == threads.thread_limits(2)

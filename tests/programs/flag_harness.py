@@ -5,9 +5,9 @@
 prints a JSON list of {"code": exit code, 0, "started" or "started children", "stderr": ...}, one per
 argument list.
 "started" means that every check passed and the program reached the TFF runtime (or, for
-make_dataset, the generator; for privacy_table with --jobs > 1, its child processes): all are
-replaced here by a stop. Program flags can be defined
-once per process (absl), hence one process per program.
+make_dataset, the generator); "started children", that privacy_table or remnet_tables with
+--jobs > 1 reached its child processes. All are replaced here by a stop. Program flags can be
+defined once per process (absl), hence one process per program.
 """
 
 import contextlib
@@ -40,6 +40,8 @@ def main(program: str, cases: list[list[str]]) -> list[dict]:
     tff_radiomap.runtime.install_local_context = _stop
     if hasattr(module, "ChildRuns"):  # privacy_table --jobs > 1 starts child processes instead.
         module.ChildRuns = _stop_children
+    if hasattr(module, "_run_children"):  # So does remnet_tables.
+        module._run_children = _stop_children
     synthetic.generate_dataset = _stop
     results = []
     for args in cases:

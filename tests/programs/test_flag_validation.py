@@ -149,7 +149,7 @@ BASE = {
     "privacy_radiomap": ["--data_root={good}", "--output_dir={out}/p", "--resolution=32", "--clients=1", "--clients_per_round=1", "--rounds=4"],
     "privacy_table": ["--data_root={good}", "--output_dir={out}/t", "--rounds=4"],
     "epfl_remnet": ["--data_root={good}", "--out={out}/e", "--rounds=8"],
-    "remnet_tables": ["--data_root={good}", "--out={out}/r", "--rounds=4"],
+    "remnet_tables": ["--data_root={good}", "--out={out}/r", "--rounds=4", "--jobs=1"],
     "make_dataset": ["--out={out}/d", "--maps=1", "--size=32"],
 }
 
@@ -158,6 +158,7 @@ BASE = {
 EXTRA = {
     "epfl_remnet": {"corrupt_data": ["--data_root={corrupt}", "--out={out}/ec"]},
     "privacy_table": {"sequential": BASE["privacy_table"] + ["--jobs=1"]},
+    "remnet_tables": {"children": BASE["remnet_tables"] + ["--jobs=2"]},
 }
 
 
@@ -191,6 +192,11 @@ def test_valid_flags_reach_the_run(outcomes, program):
 def test_privacy_table_with_one_job_runs_in_its_own_process(outcomes):
     outcome = outcomes["privacy_table"][1 + len(CASES["privacy_table"])]
     assert outcome["code"] == "started", outcome["stderr"][-2000:]
+
+
+def test_remnet_tables_with_two_jobs_starts_its_children(outcomes):
+    outcome = outcomes["remnet_tables"][1 + len(CASES["remnet_tables"])]
+    assert outcome["code"] == "started children", outcome["stderr"][-2000:]
 
 
 @pytest.mark.parametrize("program, index", [(p, i) for p in sorted(CASES) for i in range(len(CASES[p]))])

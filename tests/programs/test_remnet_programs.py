@@ -103,3 +103,18 @@ def test_epfl_remnet_writes_its_pictures_and_logs_info_to_its_folder(uninterrupt
     for name in ("curves.png", "client_rmse.png"):
         assert (run_dir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
     assert (run_dir / "log.txt").exists()
+
+
+def test_remnet_tables_with_two_jobs_trains_every_run_once_and_writes_the_tables(rem_root, tmp_path):
+    """The --jobs path end to end: two children claim the runs, exit 0, the parent writes the tables."""
+    methods = "epfl_remnet,fedavg,pfl_uncompressed"
+    common = (f"--data_root={rem_root}", f"--out={tmp_path}", "--rounds=2", "--eval_every=1", "--scenarios=heavy", "--test_splits=block", "--seeds=0")
+    done = processes.run("programs.remnet_tables", *common, f"--methods={methods}", "--detail_splits=", "--jobs=2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(processes.rows(os.path.join(tmp_path, "main.csv"))) == 3
+    with open(os.path.join(tmp_path, "summary.json")) as f:
+        assert json.load(f)["runs"] == 3
+    assert not [name for name in os.listdir(tmp_path) if name.startswith(".claims-")]
+    for name in methods.split(","):
+        with open(os.path.join(tmp_path, "runs", "block", "seed0", "heavy", name, "final.json")) as f:
+            assert json.load(f)["rounds"] == 2

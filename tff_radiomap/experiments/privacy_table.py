@@ -38,6 +38,7 @@ import numpy as np
 
 from tff_radiomap.experiments import defense_registry
 from tff_radiomap.runtime import run_folder
+from tff_radiomap.runtime.threads import thread_limits
 
 METHODS = ("none", "fedsgd", "clip", "uniform", "directed", "adaptive")
 LABELS = defense_registry.labels()
@@ -197,21 +198,6 @@ class ChildRuns:
             except subprocess.TimeoutExpired:
                 child.kill()
         return len(children)
-
-
-# Thread pools of a child process: numpy's BLAS (OpenBLAS, or an OpenMP build) and TensorFlow's
-# intra-op pool (read by the Python process and by the TFF worker it starts).
-THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TF_NUM_INTRAOP_THREADS")
-
-
-def thread_limits(jobs: int, cores: int | None = None) -> dict:
-    """Environment variables giving each of `jobs` concurrent children cores // jobs threads (at
-    least 1); none for one job, and none that the user has set: OpenBLAS at its default threads
-    slowed two runs at once on 2 cores (bench/RESULTS.md, "Threads per run")."""
-    if jobs <= 1:
-        return {}
-    per_child = str(max(1, (cores or os.cpu_count() or 1) // jobs))
-    return {name: per_child for name in THREAD_VARIABLES if name not in os.environ}
 
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
