@@ -76,7 +76,7 @@ def stacked_layout(config: epfl_remnet.EpflRemnetConfig, local: local_lib.LocalM
 # ---------------------------------------------------------------------------------------------
 # Models on stacked parameters: p maps keys to [C, ...] tensors, x is [C, B, D].
 def _dense(p, name, h):
-    # A batched matmul ([C, B, I] x [C, I, O]): its gradients need no transposed copies (einsum's do).
+    # A batched matmul ([C, B, I] x [C, I, O]); faster here than the same einsum (bench/RESULTS.md, eleventh session).
     return tf.matmul(h, p[name + ".kernel"]) + p[name + ".bias"][:, None, :]
 
 
@@ -155,16 +155,15 @@ def _optimizer_step(config, w, g, a, v, step, active):
     `active` [C] (1.0 or 0.0) whether the client takes this step. An inactive client's w, a and v come
     back unchanged: the mask scales the per-client coefficients (exact: x + 0 * finite = x), which
     costs no pass over the parameters, where selecting the old values would cost three."""
-    per_client = lambda t: tf.reshape(t, [-1] + [1] * (len(w.shape) - 1))  # noqa: E731
     lr = config.client_learning_rate
     if config.client_optimizer == "sgd":
-        return w - per_client(lr * active) * g, a, v
+        return w - _per_client(lr * active, w) * g, a, v
     b1, b2, eps = ADAM["beta_1"], ADAM["beta_2"], ADAM["epsilon"]
-    a = a + (g - a) * per_client((1.0 - b1) * active)
-    v = v + (tf.square(g) - v) * per_client((1.0 - b2) * active)
+    a = a + (g - a) * _per_client((1.0 - b1) * active, w)
+    v = v + (tf.square(g) - v) * _per_client((1.0 - b2) * active, w)
     t = tf.cast(step, tf.float32)
     rate = lr * tf.sqrt(1.0 - tf.pow(b2, t)) / (1.0 - tf.pow(b1, t))
-    return w - per_client(rate * active) * a / (tf.sqrt(v) + eps), a, v
+    return w - _per_client(rate * active, w) * a / (tf.sqrt(v) + eps), a, v
 
 
 def local_train(config, params: dict, trainable: list[str], loss_fn, data, selected, seeds, round_num, epochs, first_epoch: int = 0):
@@ -192,8 +191,9 @@ def local_train(config, params: dict, trainable: list[str], loss_fn, data, selec
                 total = tf.reduce_sum(loss)  # Clients are independent: d total / d params_c = d loss_c / d params_c.
             grads = tape.gradient(total, [params[k] for k in trainable])
             count = count + tf.cast(active, count.dtype)
+            step, takes_step = tf.maximum(count, 1), tf.cast(active, tf.float32)
             for k, g in zip(trainable, grads):
-                w, a, v = _optimizer_step(config, params[k], g, *slots[k], tf.maximum(count, 1), tf.cast(active, tf.float32))
+                w, a, v = _optimizer_step(config, params[k], g, *slots[k], step, takes_step)
                 params[k], slots[k] = w, (a, v)
             loss_sum += loss * tf.reduce_sum(valid, 1)
     return params, loss_sum
