@@ -80,3 +80,25 @@ def test_validation_and_test_from_one_prediction_equal_each_split_alone(name):
         np.testing.assert_allclose(process.predict(state, data, x), _eager_prediction(process, state, data, x), rtol=rtol, atol=1e-6)
     assert both["val"].macro_rmse != both["test"].macro_rmse
     assert process._predict.experimental_get_tracing_count() <= 2  # Any number of held-out points: one relaxed trace.
+
+
+def test_a_process_builds_each_seeds_initial_model_once(monkeypatch):
+    # Building one sets TF's global seed, which drops every instantiated function's kernels: built
+    # per run, each run's first round would pay graph optimization again.
+    method = remnet_methods.method("fedrep", tiny_config())
+    process = epfl_stacked.StackedProcess(method.config, method.local, seed=0)
+    real, built = epfl_stacked.stacked_layout, []
+    monkeypatch.setattr(epfl_stacked, "stacked_layout", lambda config, local, seed: built.append(seed) or real(config, local, seed))
+    first = process.initial_state(3, [0, 1, 2], model_seed=1)
+    again = process.initial_state(3, [0, 1, 2], model_seed=1)
+    process.initial_state(3, [0, 1, 2], model_seed=0)  # The seed the process was built with.
+    assert built == [1]
+    expected = real(method.config, method.local, 1)
+    for state in (first, again):
+        for k, v in zip(expected.shared_keys, expected.layout.initial_shared):
+            np.testing.assert_array_equal(state["shared"][k], v)
+        for k, v in zip(expected.private_keys, expected.initial_private()):
+            np.testing.assert_array_equal(state["private"][k], np.repeat(v[None], 3, 0))
+    key = expected.shared_keys[0]
+    with pytest.raises(ValueError, match="read-only"):  # A run cannot change the next run's initial model.
+        first["shared"][key][...] = 0.0
