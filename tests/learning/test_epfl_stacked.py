@@ -4,6 +4,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from baselines import remnet_methods
 from tests.rem_tiny import tiny_config, tiny_scenario
@@ -49,6 +50,36 @@ def test_stacked_rounds_equal_the_tff_process(tff_runtime, name):
     if "error" in sstate:
         for key in layout.shared_keys:
             np.testing.assert_allclose(sstate["error"][key], np.stack([s["error"][key] for s in states]), rtol=2e-3, atol=1e-3, err_msg=key)
+
+
+def test_the_fused_adam_round_equals_the_tff_process(tff_runtime):
+    scenario = tiny_scenario(train_sizes=(12, 11, 9))  # Every client takes every step: Adam runs fused.
+    method = remnet_methods.method("epfl_remnet", tiny_config(k_fraction=0.3, bits=8, sync_period=2, ema_decay=0.5))
+    server, states, sstate, layout = _run_both(method, scenario, rounds=4)
+    for key in layout.shared_keys:
+        np.testing.assert_allclose(sstate["shared"][key], server["model"]["shared"][key], rtol=2e-3, atol=1e-3, err_msg=key)
+    for key in layout.private_keys:
+        np.testing.assert_allclose(sstate["private"][key], np.stack([s["head"][key] for s in states]), rtol=2e-3, atol=1e-3, err_msg=key)
+
+
+def test_layer_norm_gradient_equals_differentiating_the_moments():
+    rng = np.random.default_rng(0)
+    h = tf.constant(rng.normal(size=(3, 5, 7)).astype(np.float32) * 3.0 + 1.0)
+    p = {"n.gamma": tf.constant(rng.normal(size=(3, 7)).astype(np.float32)), "n.beta": tf.constant(rng.normal(size=(3, 7)).astype(np.float32))}
+    dy = tf.constant(rng.normal(size=(3, 5, 7)).astype(np.float32))
+
+    def reference(h, gamma, beta):  # Keras' formula, op by op.
+        mean, var = tf.nn.moments(h, axes=[-1], keepdims=True)
+        return (h - mean) * tf.math.rsqrt(var + epfl_stacked.LAYER_NORM_EPSILON) * gamma[:, None, :] + beta[:, None, :]
+
+    values = [h, p["n.gamma"], p["n.beta"]]
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(values)
+        mine = epfl_stacked._layer_norm({"n.gamma": values[1], "n.beta": values[2]}, "n", values[0])
+        theirs = reference(*values)
+    np.testing.assert_allclose(mine.numpy(), theirs.numpy(), rtol=1e-5, atol=1e-6)
+    for got, want in zip(tape.gradient(mine, values, output_gradients=dy), tape.gradient(theirs, values, output_gradients=dy)):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-5)
 
 
 def _with_val(scenario):

@@ -81,8 +81,26 @@ def _dense(p, name, h):
 
 
 def _layer_norm(p, name, h):
-    mean, var = tf.nn.moments(h, axes=[-1], keepdims=True)
-    return (h - mean) * tf.math.rsqrt(var + LAYER_NORM_EPSILON) * p[name + ".gamma"][:, None, :] + p[name + ".beta"][:, None, :]
+    return _normalized(h, p[name + ".gamma"][:, None, :], p[name + ".beta"][:, None, :])
+
+
+@tf.custom_gradient
+def _normalized(h, gamma, beta):
+    """Keras' LayerNormalization over the last axis of h [C, B, D] (gamma, beta [C, 1, D]), with its
+    gradient written out: differentiating the moments op by op takes about twice the passes over
+    h, and layer norm was ~45% of a local step's forward and backward pass (bench/RESULTS.md,
+    twelfth session)."""
+    mean = tf.reduce_mean(h, -1, keepdims=True)
+    centred = h - mean
+    rstd = tf.math.rsqrt(tf.reduce_mean(tf.square(centred), -1, keepdims=True) + LAYER_NORM_EPSILON)
+    xhat = centred * rstd
+
+    def grad(dy):
+        dxhat = dy * gamma
+        dh = rstd * (dxhat - tf.reduce_mean(dxhat, -1, keepdims=True) - xhat * tf.reduce_mean(dxhat * xhat, -1, keepdims=True))
+        return dh, tf.reduce_sum(dy * xhat, 1, keepdims=True), tf.reduce_sum(dy, 1, keepdims=True)
+
+    return xhat * gamma + beta, grad
 
 
 def backbone(p, x, layers: int = 3):
@@ -150,31 +168,67 @@ def epoch_orders(seeds, round_num, epoch, n, n_max: int):
     return tf.argsort(keys, axis=1, stable=True)
 
 
-def _optimizer_step(config, w, g, a, v, step, active):
-    """TFF's Adam (or plain SGD) on one stacked parameter; `step` [C] is the 1-based step count and
-    `active` [C] (1.0 or 0.0) whether the client takes this step. An inactive client's w, a and v come
-    back unchanged: the mask scales the per-client coefficients (exact: x + 0 * finite = x), which
-    costs no pass over the parameters, where selecting the old values would cost three."""
-    lr = config.client_learning_rate
+def _adam_constants(config) -> dict:
+    """Adam's float32 constants, as TF's fused kernel receives them."""
+    return {k: tf.constant(v, tf.float32) for k, v in dict(ADAM, lr=config.client_learning_rate).items()}
+
+
+def _adam_rates(config, steps: int):
+    """Adam's step sizes lr sqrt(1 - beta_2^t) / (1 - beta_1^t) for t = 1..steps ([steps], float32):
+    one table that every client's step looks up, because a vectorized pow can round one lane
+    differently from another."""
+    c, t = _adam_constants(config), tf.range(1, steps + 1, dtype=tf.float32)
+    return c["lr"] * tf.sqrt(1.0 - tf.pow(c["beta_2"], t)) / (1.0 - tf.pow(c["beta_1"], t))
+
+
+def _optimizer_step(config, w, g, a, v, rate, active):
+    """TFF's Adam (or plain SGD) on one stacked parameter; `rate` [C] is each client's Adam step
+    size at its step count (`_adam_rates`) and `active` [C] (1.0 or 0.0) whether it takes this
+    step. An inactive client's w, a and v come back unchanged: the mask scales the per-client
+    coefficients (exact: x + 0 * finite = x), which costs no pass over the parameters, where
+    selecting the old values would cost three. The float32 operations are those of TF's fused Adam
+    kernel, in its order (`_fused_adam_step`): one step of either gives the same bits."""
     if config.client_optimizer == "sgd":
-        return w - _per_client(lr * active, w) * g, a, v
-    b1, b2, eps = ADAM["beta_1"], ADAM["beta_2"], ADAM["epsilon"]
-    a = a + (g - a) * _per_client((1.0 - b1) * active, w)
-    v = v + (tf.square(g) - v) * _per_client((1.0 - b2) * active, w)
-    t = tf.cast(step, tf.float32)
-    rate = lr * tf.sqrt(1.0 - tf.pow(b2, t)) / (1.0 - tf.pow(b1, t))
-    return w - _per_client(rate * active, w) * a / (tf.sqrt(v) + eps), a, v
+        return w - _per_client(config.client_learning_rate * active, w) * g, a, v
+    c = _adam_constants(config)
+    a = a + (g - a) * _per_client((1.0 - c["beta_1"]) * active, w)
+    v = v + (tf.square(g) - v) * _per_client((1.0 - c["beta_2"]) * active, w)
+    return w - (a * _per_client(rate * active, w)) / (tf.sqrt(v) + c["epsilon"]), a, v
 
 
-def local_train(config, params: dict, trainable: list[str], loss_fn, data, selected, seeds, round_num, epochs, first_epoch: int = 0):
+def _fused_adam_step(config, scratch, g, rate):
+    """`_optimizer_step`'s Adam for clients that all take the step at one step count, whose step
+    size `rate` (`_adam_rates`) is a scalar: TF's fused kernel updates the scratch variables
+    (w, a, v) in one pass over the parameter where the formula op by op takes about twelve. The
+    kernel's own step size, lr sqrt(1 - beta_2^t) / (1 - beta_1^t), is given as rate * 1 / 1
+    (beta powers 0), because its scalar arithmetic can round that product 1 ulp apart from TF's
+    ops. One step agrees bit for bit with the masked step (tests/learning/test_fused_adam.py);
+    whole rounds to float tolerance, since TF may rewrite the rest of two different graphs into
+    differently rounded kernels (Ditto's rounds differ in the 6th digit)."""
+    c, (w, a, v), zero = _adam_constants(config), scratch, tf.constant(0.0)
+    tf.raw_ops.ResourceApplyAdam(
+        var=w.handle, m=a.handle, v=v.handle, beta1_power=zero, beta2_power=zero, lr=rate,
+        beta1=c["beta_1"], beta2=c["beta_2"], epsilon=c["epsilon"], grad=g,
+    )  # fmt: skip
+
+
+def local_train(config, params: dict, trainable: list[str], loss_fn, data, selected, seeds, round_num, epochs, first_epoch: int = 0, scratch=None):
     """Trains `trainable` of every selected client for `epochs` (fresh optimizer state, as the TFF
-    client does each round); returns (params, loss sum over visited samples)."""
+    client does each round); returns (params, loss sum over visited samples).
+
+    `scratch` (key -> (w, a, v) variables [C, ...], see `StackedProcess._scratch_for`): Adam by the
+    fused kernel, valid only when every client takes every step (`StackedProcess.fused_adam_applies`)."""
     x, y, n = data["x"], data["y"], data["num_examples"]
     n_max, batch = int(x.shape[1]), config.batch_size
     steps = -(-n_max // batch)
     params = {k: tf.convert_to_tensor(v) for k, v in params.items()}
-    slots = {k: (tf.zeros_like(params[k]), tf.zeros_like(params[k])) for k in trainable}
+    if scratch is not None:
+        for k in trainable:
+            for var, value in zip(scratch[k], (params[k], tf.zeros_like(params[k]), tf.zeros_like(params[k]))):
+                var.assign(value)
+    slots = {k: (tf.zeros_like(params[k]), tf.zeros_like(params[k])) for k in trainable} if scratch is None else {}
     count = tf.zeros_like(n)
+    rates = _adam_rates(config, epochs * steps)
     loss_sum = tf.zeros([x.shape[0]], tf.float32)
     for epoch in range(first_epoch, first_epoch + epochs):
         order = epoch_orders(seeds, round_num, epoch, n, n_max) if config.shuffle else tf.tile(tf.range(n_max)[None], [x.shape[0], 1])
@@ -185,17 +239,24 @@ def local_train(config, params: dict, trainable: list[str], loss_fn, data, selec
             active = tf.reduce_any(valid > 0, axis=1)
             idx = order[:, s * batch : (s + 1) * batch]
             xb, yb = tf.gather(x, idx, batch_dims=1), tf.gather(y, idx, batch_dims=1)
+            if scratch is not None:
+                params.update((k, scratch[k][0].read_value()) for k in trainable)
             with tf.GradientTape() as tape:
                 tape.watch([params[k] for k in trainable])
                 loss = loss_fn(params, xb, yb, valid)
                 total = tf.reduce_sum(loss)  # Clients are independent: d total / d params_c = d loss_c / d params_c.
             grads = tape.gradient(total, [params[k] for k in trainable])
             count = count + tf.cast(active, count.dtype)
-            step, takes_step = tf.maximum(count, 1), tf.cast(active, tf.float32)
+            rate, takes_step = tf.gather(rates, tf.maximum(count, 1) - 1), tf.cast(active, tf.float32)
             for k, g in zip(trainable, grads):
-                w, a, v = _optimizer_step(config, params[k], g, *slots[k], step, takes_step)
-                params[k], slots[k] = w, (a, v)
+                if scratch is not None:  # Every client at step (epoch - first_epoch) * steps + s + 1.
+                    _fused_adam_step(config, scratch[k], g, rates[(epoch - first_epoch) * steps + s])
+                else:
+                    w, a, v = _optimizer_step(config, params[k], g, *slots[k], rate, takes_step)
+                    params[k], slots[k] = w, (a, v)
             loss_sum += loss * tf.reduce_sum(valid, 1)
+    if scratch is not None:
+        params.update((k, scratch[k][0].read_value()) for k in trainable)
     return params, loss_sum
 
 
@@ -237,23 +298,27 @@ def _per_client(mask, t):
 
 
 class StackedProcess:
-    """All clients' rounds as one `tf.function` (one trace per sync/non-sync round).
+    """All clients' rounds as one `tf.function` (one trace per kind of round: sync or not, and
+    whether Adam runs fused, see `fused_adam_applies`).
 
     State (a dict of numpy arrays or tensors): `shared` and (with an EMA) `ema`, key -> server
     value; `private` key -> [C, ...] (the heads; Ditto's personal models); `error` key -> [C, ...]
     (with Top-K); `seeds` [C] int64 (the clients' shuffle seeds). Data: x [C, N, D], y [C, N, M],
-    num_examples [C] (rows past it are padding).
+    num_examples [C] (rows past it are padding). `fused_adam=False` keeps Adam op by op in every
+    round (the reference the fused kernel is tested against).
     """
 
-    def __init__(self, config: epfl_remnet.EpflRemnetConfig, local: local_lib.LocalModel, seed: int = 0):
-        self.config, self.local = config, local
+    def __init__(self, config: epfl_remnet.EpflRemnetConfig, local: local_lib.LocalModel, seed: int = 0, fused_adam: bool = True):
+        self.config, self.local, self.fused_adam = config, local, fused_adam
         self._layouts = {}  # Model seed -> StackedLayout (see `_layout_of`).
         self.stacked = self._layout_of(seed)
         self.layout = self.stacked.layout
         self.bytes_per_upload = upload_bytes(config, self.layout)
         self.k = epfl_remnet.kept_entries(config, self.layout)  # K of Top-K (None: no Top-K).
         self.side_per_sample = side_bytes_per_sample(config, local)
-        self._rounds = {sync: tf.function(lambda *a, sync=sync: self._round(*a, sync=sync), autograph=False) for sync in (False, True)}
+        kinds = [(sync, fused) for sync in (False, True) for fused in (False, True)]
+        self._rounds = {kind: tf.function(lambda *a, kind=kind: self._round(*a, sync=kind[0], fused=kind[1]), autograph=False) for kind in kinds}
+        self._scratch = {}  # Number of clients -> key -> (w, a, v) variables of the fused Adam.
         self._predict = tf.function(self._predict_graph, autograph=False, reduce_retracing=True)
 
     def initial_state(self, num_clients: int, client_seeds, model_seed: int | None = None) -> dict:
@@ -287,6 +352,25 @@ class StackedProcess:
             self._layouts[model_seed] = built
         return self._layouts[model_seed]
 
+    def fused_adam_applies(self, data: dict, selected) -> bool:
+        """Whether this round's Adam can run fused: every client selected and none short of the
+        padded length by a batch, so that every client takes every local step at the same step
+        count (otherwise the masked per-client step, `_optimizer_step`)."""
+        if not self.fused_adam or self.config.client_optimizer != "adam" or not np.all(selected):
+            return False
+        batch = self.config.batch_size
+        return bool(np.all(-(-np.asarray(data["num_examples"]) // batch) == -(-int(data["x"].shape[1]) // batch)))
+
+    def _scratch_for(self, num_clients: int) -> dict:
+        """The fused Adam's variables [C, ...] for every shared and private key (Ditto's personal
+        model has its own), made outside the traced round (a `tf.function` may create variables on
+        its first trace only)."""
+        if num_clients not in self._scratch:
+            stacked = self.stacked
+            values = zip(stacked.shared_keys + stacked.private_keys, self.layout.initial_shared + stacked.initial_private())
+            self._scratch[num_clients] = {k: tuple(tf.Variable(tf.zeros((num_clients,) + v.shape)) for _ in range(3)) for k, v in values}
+        return self._scratch[num_clients]
+
     def evaluated_shared(self, state) -> dict:
         return state["ema"] if "ema" in state else state["shared"]
 
@@ -303,14 +387,19 @@ class StackedProcess:
 
         return loss
 
-    def _train(self, tile, private, data, selected, seeds, round_num):
+    def _train(self, tile, private, data, selected, seeds, round_num, fused: bool):
         """(trained shared parameters, new private ones, loss sum, epochs) of every client."""
         cfg, keys = self.config, self.layout.shared_keys
-        train = lambda params, names, loss, epochs, first=0: local_train(cfg, params, names, loss, data, selected, seeds, round_num, epochs, first)  # noqa: E731
+        scratch = self._scratch[int(data["x"].shape[0])] if fused else None
+
+        def train(params, names, loss, epochs, first=0, scratch=scratch):
+            return local_train(cfg, params, names, loss, data, selected, seeds, round_num, epochs, first, scratch)
+
         if self.stacked.ditto:
             trained, loss = train(tile, keys, self._loss_fn(), cfg.local_epochs)
             personal = {k: private[PERSONAL + k] for k in keys}
-            personal, _ = train(personal, keys, self._loss_fn(anchor=tile), cfg.local_epochs)
+            personal_scratch = {k: scratch[PERSONAL + k] for k in keys} if fused else None
+            personal, _ = train(personal, keys, self._loss_fn(anchor=tile), cfg.local_epochs, scratch=personal_scratch)
             return trained, {PERSONAL + k: personal[k] for k in keys}, loss, cfg.local_epochs
         params, private_keys = {**tile, **private}, self.stacked.private_keys
         if cfg.head_epochs > 0:  # FedRep: the head first (body frozen), then the body (head frozen).
@@ -320,13 +409,13 @@ class StackedProcess:
         params, loss = train(params, keys + private_keys, self._loss_fn(), cfg.local_epochs)
         return params, {k: params[k] for k in private_keys}, loss, cfg.local_epochs
 
-    def _round(self, shared, ema, private, error, data, selected, seeds, round_num, sync: bool):
+    def _round(self, shared, ema, private, error, data, selected, seeds, round_num, sync: bool, fused: bool):
         cfg, keys = self.config, self.layout.shared_keys
         c = int(data["x"].shape[0])
         # Server broadcast: theta^t to every client.
         tile = {k: tf.tile(shared[k][None], [c] + [1] * len(shared[k].shape)) for k in keys}
         # Client work: local training; a client whose result holds a NaN or Inf is dropped.
-        trained, new_private, loss_sum, epochs = self._train(tile, private, data, selected, seeds, round_num)
+        trained, new_private, loss_sum, epochs = self._train(tile, private, data, selected, seeds, round_num, fused)
         delta = [trained[k] - tile[k] for k in keys]
         finite = tf.math.is_finite(loss_sum)
         for t in delta + list(new_private.values()):
@@ -366,7 +455,10 @@ class StackedProcess:
         """One round; `selected` [C] bool (the clients trained this round). Metrics as the TFF
         process's: train_loss, uploads, uplink_bytes (exact), nonfinite_updates."""
         sync = epfl_steps.is_sync_round(round_num, self.config.sync_period)
-        shared, ema, private, error, m = self._rounds[sync](
+        fused = self.fused_adam_applies(data, selected)
+        if fused:
+            self._scratch_for(int(data["x"].shape[0]))
+        shared, ema, private, error, m = self._rounds[sync, fused](
             state["shared"],
             state.get("ema"),
             state["private"],
