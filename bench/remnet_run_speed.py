@@ -21,6 +21,7 @@ from absl import app, flags
 
 from tff_radiomap.experiments import remnet_tables
 from tff_radiomap.learning import stacked_runner
+from tff_radiomap.runtime import threads
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("rounds", remnet_tables.ROUND_BUDGET, "Rounds of each run.")
@@ -35,7 +36,7 @@ def main(argv):
     config = remnet_tables.TablesConfig()
     scenarios, pad_to = remnet_tables.load_split(config, FLAGS.split, FLAGS.seed)
     run = dataclasses.replace(config.run, rounds=FLAGS.rounds, seed=FLAGS.seed)
-    print(f"{FLAGS.split} split, seed {FLAGS.seed}, {FLAGS.scenario}, {FLAGS.rounds} rounds, 90 clients padded to {pad_to} points, {os.cpu_count()} CPUs")
+    print(f"{FLAGS.split} split, seed {FLAGS.seed}, {FLAGS.scenario}, {FLAGS.rounds} rounds, 90 clients padded to {pad_to} points, {threads.available_cores()} cores this process may use")
     total = 0.0
     with tempfile.TemporaryDirectory() as out:
         for name in FLAGS.methods:
