@@ -36,7 +36,9 @@ def main(argv):
     config = remnet_tables.TablesConfig()
     scenarios, pad_to = remnet_tables.load_split(config, FLAGS.split, FLAGS.seed)
     run = dataclasses.replace(config.run, rounds=FLAGS.rounds, seed=FLAGS.seed)
-    print(f"{FLAGS.split} split, seed {FLAGS.seed}, {FLAGS.scenario}, {FLAGS.rounds} rounds, 90 clients padded to {pad_to} points, {threads.available_cores()} cores this process may use")
+    print(
+        f"{FLAGS.split} split, seed {FLAGS.seed}, {FLAGS.scenario}, {FLAGS.rounds} rounds, 90 clients padded to {pad_to} points, {threads.available_cores()} cores"
+    )
     total = 0.0
     with tempfile.TemporaryDirectory() as out:
         for name in FLAGS.methods:
