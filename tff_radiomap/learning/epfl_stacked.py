@@ -212,6 +212,11 @@ def _fused_adam_step(config, scratch, g, rate):
     )  # fmt: skip
 
 
+def batches(rows, batch: int):
+    """Local steps an epoch over `rows` samples (numbers or an array of them): ceil(rows / batch)."""
+    return -(-rows // batch)
+
+
 def local_train(config, params: dict, trainable: list[str], loss_fn, data, selected, seeds, round_num, epochs, first_epoch: int = 0, scratch=None):
     """Trains `trainable` of every selected client for `epochs` (fresh optimizer state, as the TFF
     client does each round); returns (params, loss sum over visited samples).
@@ -220,7 +225,7 @@ def local_train(config, params: dict, trainable: list[str], loss_fn, data, selec
     fused kernel, valid only when every client takes every step (`StackedProcess.fused_adam_applies`)."""
     x, y, n = data["x"], data["y"], data["num_examples"]
     n_max, batch = int(x.shape[1]), config.batch_size
-    steps = -(-n_max // batch)
+    steps = batches(n_max, batch)
     params = {k: tf.convert_to_tensor(v) for k, v in params.items()}
     if scratch is not None:
         for k in trainable:
@@ -247,11 +252,12 @@ def local_train(config, params: dict, trainable: list[str], loss_fn, data, selec
                 total = tf.reduce_sum(loss)  # Clients are independent: d total / d params_c = d loss_c / d params_c.
             grads = tape.gradient(total, [params[k] for k in trainable])
             count = count + tf.cast(active, count.dtype)
-            rate, takes_step = tf.gather(rates, tf.maximum(count, 1) - 1), tf.cast(active, tf.float32)
-            for k, g in zip(trainable, grads):
-                if scratch is not None:  # Every client at step (epoch - first_epoch) * steps + s + 1.
+            if scratch is not None:  # Every client at step (epoch - first_epoch) * steps + s + 1.
+                for k, g in zip(trainable, grads):
                     _fused_adam_step(config, scratch[k], g, rates[(epoch - first_epoch) * steps + s])
-                else:
+            else:
+                rate, takes_step = tf.gather(rates, tf.maximum(count, 1) - 1), tf.cast(active, tf.float32)
+                for k, g in zip(trainable, grads):
                     w, a, v = _optimizer_step(config, params[k], g, *slots[k], rate, takes_step)
                     params[k], slots[k] = w, (a, v)
             loss_sum += loss * tf.reduce_sum(valid, 1)
@@ -359,7 +365,7 @@ class StackedProcess:
         if not self.fused_adam or self.config.client_optimizer != "adam" or not np.all(selected):
             return False
         batch = self.config.batch_size
-        return bool(np.all(-(-np.asarray(data["num_examples"]) // batch) == -(-int(data["x"].shape[1]) // batch)))
+        return bool(np.all(batches(np.asarray(data["num_examples"]), batch) == batches(int(data["x"].shape[1]), batch)))
 
     def _scratch_for(self, num_clients: int) -> dict:
         """The fused Adam's variables [C, ...] for every shared and private key (Ditto's personal
