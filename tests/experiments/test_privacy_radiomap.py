@@ -220,7 +220,7 @@ def test_in_process_clients_give_the_default_placement_metrics(tff_runtime, conf
         # TFF worker binary's TensorFlow and this process's may round an update differently (seen on
         # one machine of this kind, not on another), and then draw other noise. So with noise only
         # the rounds before it reaches the model are compared (round 1's training loss); with a
-        # constant salt the two placements gave equal val_mse (bench/RESULTS.md, "Fifth session").
+        # constant salt the two placements gave equal val_mse (bench/RESULTS.md, "Seeded noise follows the update's bits").
         np.testing.assert_allclose(float(rows_i[0]["train_loss"]), float(rows_t[0]["train_loss"]), rtol=1e-4)
         return
     for a, b in zip(rows_i, rows_t):
