@@ -30,7 +30,12 @@ def test_every_registered_defense_answers_dp_event(config, tmp_path):
             assert event is None or isinstance(event, dp_accounting.DpEvent), (name, phase, event)
             if name in expected:
                 assert event == dp_accounting.GaussianDpEvent(pytest.approx(expected[name])), (name, phase)
-            else:  # No Defense, FedSGD, Clip Only, Directed, Subspace, Adaptive without a floor.
+            elif name == "subspace":  # Full-rank fixed noise: the least-noised direction's mechanism.
+                g = factory.groups
+                k, d, budget = g.rank, g.num_coordinates, g.num_coordinates * (cfg.clip_norm * 0.5) ** 2
+                least = min(np.sqrt(cfg.subspace_share * budget / k), np.sqrt((1 - cfg.subspace_share) * budget / (d - k)))
+                assert event == dp_accounting.GaussianDpEvent(pytest.approx(least / cfg.clip_norm, rel=1e-6)), (phase, event)
+            else:  # No Defense, FedSGD, Clip Only, Directed, Adaptive without a floor.
                 assert event is None, (name, phase, event)
 
 

@@ -37,6 +37,7 @@ import collections.abc
 import dataclasses
 from typing import Any
 
+import dp_accounting
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -142,14 +143,29 @@ class ClientPerturbationFactory(tff.aggregators.UnweightedAggregationFactory, tf
         return tf.random.stateless_normal(shape, seed=seed) * sigma
 
     # -- the privacy claim ------------------------------------------------------------------------
+    def fixed_sigmas(self) -> np.ndarray | None:
+        """Per-group sigma [G] when it depends on neither the update nor the round's extras (what
+        an observer's likelihood and `dp_event` use), else None. The base: unknown (None)."""
+        return None
+
     def dp_event(self):
         """The `dp_accounting.DpEvent` of one upload against an observer of individual uploads
         (add/remove adjacency of the client's update, sensitivity C), or None: no guarantee.
 
-        The base claims none; a subclass whose upload is a DP mechanism returns its event
-        (`privacy.accounting.PerClientAccountant` composes them over a client's uploads).
+        With fixed noise that covers every direction (every group with coordinates has sigma > 0),
+        the upload is a Gaussian mechanism with covariance Sigma = sum_g sigma_g^2 P_g: the clip
+        bounds the update's norm in every direction, so its privacy loss is that of the
+        least-noised direction, `GaussianDpEvent(min_g sigma_g / C)`. Noise that leaves a direction
+        bare (Clip Only, Directed Uniform off its groups), or whose scale depends on the update,
+        claims none. `privacy.accounting.PerClientAccountant` composes the events over a client's
+        uploads.
         """
-        return None
+        sigmas = self.fixed_sigmas()
+        if sigmas is None or self.groups is None:
+            return None
+        present = np.asarray(self.groups.sizes) > 0
+        least = float(np.min(np.asarray(sigmas, np.float64)[present]))
+        return dp_accounting.GaussianDpEvent(least / self.clip_norm) if least > 0 else None
 
     # -- what a defense-aware observer does ------------------------------------------------------
     def aware_variants(self) -> tuple[str, ...]:

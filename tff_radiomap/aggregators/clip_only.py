@@ -1,5 +1,6 @@
 """Clip Only: L2 clipping of every upload at C, no noise (paper 000, Section IV)."""
 
+import numpy as np
 import tensorflow as tf
 
 from tff_radiomap.aggregators.client_perturbation import ClientPerturbationFactory
@@ -19,6 +20,9 @@ class ClipOnlyFactory(ClientPerturbationFactory):
 
     def aware_variants(self):
         return ()  # No noise: nothing to whiten.
+
+    def fixed_sigmas(self):
+        return np.zeros(self.groups.num_groups if self.groups is not None else 1)
 
     def _client_sigmas(self, extras, clipped_flat, group_ids, groups):
         return tf.zeros([groups.num_groups], tf.float32)

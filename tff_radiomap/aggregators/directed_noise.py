@@ -25,6 +25,9 @@ class DirectedNoiseFactory(ClientPerturbationFactory):
     def aware_variants(self):
         return ("whitened",)  # Noise-free groups exist: whitening is the projection.
 
+    def fixed_sigmas(self):
+        return budget_lib.directed_sigmas(self.groups.sizes, self.groups.sensitive, self.budget(self.groups))
+
     def _client_sigmas(self, extras, clipped_flat, group_ids, groups):
         sigmas = budget_lib.directed_sigmas(groups.sizes, groups.sensitive, self.budget(groups))
         return tf.constant(sigmas)

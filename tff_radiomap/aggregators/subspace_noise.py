@@ -15,8 +15,12 @@ uploads) or read at every call from `basis_path` (a `tf.io.serialize_tensor` fil
 [d, K]), so that a driver can refresh it between rounds without rebuilding the process; the
 clients must see that file (true for workers on this machine).
 
-No (epsilon, delta) is reported (`dp_event()` is None): a share other than K / d gives the upload
-unequal noise, and the guarantee of the least-noised direction is not the one a reader expects.
+The noise is fixed (the basis comes from the twin, public, not from the client's data) and covers
+every direction when 0 < share < 1, so each upload is a Gaussian mechanism with covariance
+V diag(sigma_s^2) V^T + sigma_r^2 (I - V V^T): `dp_event()` is that of its least-noised direction,
+`GaussianDpEvent(min(sigma_s, sigma_r) / C)` (the base class's rule; share 0 or 1 leaves a
+direction bare and claims none). With unequal noise that epsilon is larger than Uniform Noise's
+at the same budget: the guarantee is the weakest direction's.
 """
 
 from __future__ import annotations
@@ -80,9 +84,6 @@ class SubspaceNoiseFactory(ClientPerturbationFactory):
         # The eager path (privatize, the attack) reads V from this variable; `set_basis` refreshes it.
         self._basis_var = None if groups.basis is None else tf.Variable(groups.basis, trainable=False, name="subspace_basis")
 
-    def dp_event(self):
-        return None
-
     def set_basis(self, basis: np.ndarray) -> None:
         """Replaces V for `privatize` (eager); the TFF process reads `basis_path` instead."""
         self.groups = self.groups.with_basis(basis)
@@ -93,6 +94,9 @@ class SubspaceNoiseFactory(ClientPerturbationFactory):
 
     def sigmas(self) -> np.ndarray:
         return subspace_sigmas(self.groups, self.budget(), self.share)
+
+    def fixed_sigmas(self):
+        return self.sigmas().astype(np.float64)
 
     def _client_sigmas(self, extras, clipped_flat, group_ids, groups):
         return tf.constant(subspace_sigmas(groups, self.budget(groups), self.share))

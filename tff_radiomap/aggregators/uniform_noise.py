@@ -13,6 +13,7 @@ sum, protection of the released model only), use `central_gaussian_factory` belo
 """
 
 import dp_accounting
+import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 import tensorflow_privacy as tfp
@@ -30,6 +31,10 @@ class UniformNoiseFactory(ClientPerturbationFactory):
     def dp_event(self) -> dp_accounting.DpEvent:
         """The event of one upload (add/remove-one adjacency of the client's update)."""
         return dp_accounting.GaussianDpEvent(self.noise_multiplier)
+
+    def fixed_sigmas(self):
+        groups = self.groups.num_groups if self.groups is not None else 1
+        return np.full(groups, self.clip_norm * self.noise_multiplier, np.float64)
 
     def aware_variants(self):
         return ()  # The same sigma on every coordinate: whitening changes nothing.
