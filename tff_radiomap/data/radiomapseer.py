@@ -176,6 +176,26 @@ class RadioMapSeer:
             "tx": t,
         }
 
+    def samples_at(self, map_position: int, tx_pixels: np.ndarray, grays: np.ndarray) -> dict[str, np.ndarray]:
+        """x, y, coords_m (as `arrays`) of transmitters at `tx_pixels` [P, 2] (row, col at the stored
+        size) on the map at `map_position`, whose gray-level gain maps are `grays` [P, S, S] (e.g. the
+        digital twin's, `data.twin.position_gains`), preprocessed as the data set's own."""
+        tx_pixels = np.asarray(tx_pixels, np.int64).reshape(-1, 2)
+        if grays.shape != (len(tx_pixels), self.size, self.size):
+            raise ValueError(f"gain maps of shape {grays.shape}, expected ({len(tx_pixels)}, {self.size}, {self.size})")
+        r = self.resolution
+        raster = np.zeros((len(tx_pixels), r, r), np.float32)
+        low = tx_pixels // self.factor
+        raster[np.arange(len(tx_pixels)), low[:, 0], low[:, 1]] = 1.0
+        buildings = np.broadcast_to(self.buildings[map_position], raster.shape)
+        targets = np.stack([_area_average(normalize_gain(g, self.config.thresh), self.factor) for g in grays]) if len(grays) else np.zeros((0, r, r))
+        mpp = self.config.meters_per_pixel
+        return {
+            "x": np.stack([buildings, raster], axis=-1),
+            "y": targets.astype(np.float16).astype(np.float32)[..., None],
+            "coords_m": ((tx_pixels[:, ::-1].astype(np.float32) + 0.5) * mpp).astype(np.float32),
+        }
+
     def dataset(self, map_positions, batch_size: int | None = None, shuffle_seed: int | None = None):
         """A cached `tf.data.Dataset` of {'x', 'y'} samples of the given maps."""
         import tensorflow as tf

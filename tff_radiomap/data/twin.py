@@ -13,6 +13,7 @@ tracer: the basis it gives is a model's, whose match to the real maps is to be m
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -70,8 +71,7 @@ def twin_positions(rng: np.random.Generator, buildings: np.ndarray, existing: np
 def _write_twin_map(args) -> None:
     data_root, out_root, m, positions, min_distance, seed, config = args
     dirs = synthetic.layout_dirs(out_root)
-    src = synthetic.layout_dirs(data_root)
-    buildings = np.asarray(Image.open(os.path.join(src["buildings"], f"{m}.png"))) > 127
+    buildings = read_buildings(data_root, m)
     rng = np.random.default_rng(np.random.SeedSequence([seed, m]))
     txs = twin_positions(rng, buildings, _existing_transmitters(data_root, m), positions, min_distance)
     grays = simulate(buildings, txs, config, seed=m)
@@ -88,8 +88,19 @@ def twin_root(data_root: str, positions: int, seed: int, cache: str | None = Non
     """Where `ensure_twin` writes the twin of `data_root` by default (beside the data cache)."""
     from tff_radiomap.data import default_set
 
+    return os.path.join(cache or default_set.cache_root(), f"{_twin_name(data_root)}_p{positions}_s{seed}")
+
+
+def _twin_name(data_root: str) -> str:
     digest = hashlib.sha1(os.path.abspath(data_root).encode()).hexdigest()[:8]
-    return os.path.join(cache or default_set.cache_root(), f"twin_{os.path.basename(os.path.normpath(data_root))}_{digest}_p{positions}_s{seed}")
+    return f"twin_{os.path.basename(os.path.normpath(data_root))}_{digest}"
+
+
+def positions_root(data_root: str, cache: str | None = None) -> str:
+    """Where `position_gains` caches the twin's maps at positions of the caller's choosing."""
+    from tff_radiomap.data import default_set
+
+    return os.path.join(cache or default_set.cache_root(), f"{_twin_name(data_root)}_positions")
 
 
 def ensure_twin(
@@ -132,3 +143,69 @@ def ensure_twin(
         for args in todo:
             _write_twin_map(args)
     return out_root
+
+
+# -- the observer's own positions: a grid of candidate cells, and calibration points off it ------
+def grid_positions(buildings: np.ndarray, resolution: int, stride: int) -> np.ndarray:
+    """[P, 2] (row, col) at the stored size: the centre pixel of every `stride`-th cell, in both
+    directions, of the `resolution` x `resolution` grid whose centre is outdoors."""
+    buildings = np.asarray(buildings, bool)
+    size = buildings.shape[0]
+    if resolution < 1 or size % resolution:
+        raise ValueError(f"resolution {resolution} does not divide the map size {size}")
+    if stride < 1:
+        raise ValueError(f"grid stride={stride}: expected >= 1")
+    factor = size // resolution
+    centres = np.arange(0, resolution, stride) * factor + factor // 2
+    rows, cols = np.meshgrid(centres, centres, indexing="ij")
+    positions = np.stack([rows.ravel(), cols.ravel()], axis=1)
+    return positions[~buildings[positions[:, 0], positions[:, 1]]]
+
+
+def off_grid_positions(rng: np.random.Generator, buildings: np.ndarray, resolution: int, count: int, margin: int = 2) -> np.ndarray:
+    """[count, 2] distinct outdoor (row, col) that are no cell's centre pixel (the candidates of
+    `grid_positions` at any stride sit on centres): positions a grid never holds exactly."""
+    buildings = np.asarray(buildings, bool)
+    size = buildings.shape[0]
+    factor = size // resolution
+    allowed = ~buildings
+    allowed[:margin, :] = allowed[-margin:, :] = False
+    allowed[:, :margin] = allowed[:, -margin:] = False
+    centre = np.zeros(size, bool)
+    centre[np.arange(resolution) * factor + factor // 2] = True
+    allowed &= ~(centre[:, None] & centre[None, :])
+    candidates = np.flatnonzero(allowed)
+    if candidates.size < count:
+        raise ValueError(f"only {candidates.size} outdoor off-grid pixels for {count} positions")
+    return np.stack(np.divmod(rng.choice(candidates, size=count, replace=False), size), axis=1)
+
+
+def read_buildings(data_root: str, m: int) -> np.ndarray:
+    """Map m's building mask (bool, stored size) of a RadioMapSeer-layout root."""
+    return np.asarray(Image.open(os.path.join(synthetic.layout_dirs(data_root)["buildings"], f"{m}.png"))) > 127
+
+
+def position_gains(
+    data_root: str,
+    m: int,
+    positions: np.ndarray,
+    cache_dir: str | None = None,
+    config: propagation.PropagationConfig = propagation.PropagationConfig(),
+) -> np.ndarray:
+    """Gray-level gain maps uint8 [P, S, S] of transmitters at `positions` [(row, col)] on map m of
+    `data_root`, simulated by the twin (as `ensure_twin` does) and cached in `cache_dir` (one file
+    per map and position set; default `positions_root(data_root)`, beside the twins)."""
+    positions = np.asarray(positions, np.int64).reshape(-1, 2)
+    key = hashlib.sha1(positions.tobytes() + repr(dataclasses.astuple(config)).encode()).hexdigest()[:12]
+    cache_dir = cache_dir or positions_root(data_root)
+    path = os.path.join(cache_dir, f"{m}_{len(positions)}_{key}.npz")
+    if os.path.exists(path):
+        with np.load(path) as f:
+            if np.array_equal(f["positions"], positions):
+                return f["gains"]
+    gains = simulate(read_buildings(data_root, m), positions, config, seed=m)
+    os.makedirs(cache_dir, exist_ok=True)
+    tmp = f"{path}.tmp.npz"
+    np.savez(tmp, positions=positions, gains=gains)
+    os.replace(tmp, path)
+    return gains
