@@ -1,0 +1,303 @@
+"""The digital-twin matching attacker: the strongest observer the threat model allows.
+
+Threat model (as `attack.py`): the observer sees a client's privatized uploads of S local steps on
+one sample, knows the public building map of that sample, the broadcast model, the defense (its
+clip, its noise scales, its basis) and has the digital twin. With exactly that knowledge it can,
+for every candidate transmitter position q on the map, simulate the sample the client would hold,
+run the same S local steps from the broadcast model and clip them as a client would: the clean
+uploads c_{q,s}. The observed uploads are f_s = c_{q*,s} + n_s, n_s ~ N(0, Sigma) independent per
+step, so every candidate has the Gaussian likelihood
+
+    log p(f | q) = -1/2 sum_s [ (f_s - c_{q,s})^T (Sigma_{q,s} + tau^2 I)^-1 (f_s - c_{q,s}) + log det(Sigma_{q,s} + tau^2 I) ]
+
+and the posterior mean over the candidates (a prior spread evenly over them) is the estimate of
+least expected squared error; the MAP estimate (the best candidate) is reported beside it.
+
+The noise covariance is the defense's: Sigma = sum_g sigma_g^2 P_g over orthogonal projectors P_g
+(coordinate masks of `ParameterGroups`, or the basis blocks V_j V_j^T and the residual
+I - V V^T of `SubspaceGroups`), so the quadratic form splits into per-group squared distances
+D_g = ||P_g (f_s - c_{q,s})||^2 computed once (`group_distances`), and any sigma and tau reuse them.
+A defense whose sigma depends on the update (the adaptive allocator) gives each candidate its own
+sigma, hence the log-determinant term.
+
+Tempering. The truth is rarely a candidate (a grid has its own mismatch, and the twin is not the
+real propagation), so an untempered likelihood is overconfident: with small noise it locks onto a
+wrong candidate. tau^2, an extra variance on every coordinate, is chosen from a grid by the
+posterior-mean error on calibration samples the observer simulates itself (twin transmitters at
+other positions than the candidates', privatized with the defense's noise; `choose_tempering`).
+tau^2 also covers the coordinates a defense leaves noise-free (Directed Uniform off its groups),
+so nothing is divided by zero: tau^2 = 0 is only tried where every sigma is positive.
+
+The metric is Eq. (8)'s RMSE in meters, read against the constant guess of the same observed
+samples (`MatchingResult.ratio`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import tensorflow as tf
+
+from tff_radiomap import seeds as seeds_lib
+from tff_radiomap.privacy.groups import SubspaceGroups
+
+# tau^2 candidates, in units of the calibration samples' mean squared distance per coordinate to
+# their nearest candidate (the grid's mismatch plus the noise), besides 0.
+TEMPERING_GRID = tuple(10.0 ** (k / 2.0) for k in range(-8, 15))
+
+
+@dataclasses.dataclass(frozen=True)
+class NoiseModel:
+    """The observer's model of a defense's noise on one flat upload of d coordinates: G orthogonal
+    projector groups of ranks `sizes`, either coordinate groups (`group_of_coordinate` [d]) or the
+    blocks of an orthonormal basis (`basis` [d, K], `block_of_column` [K]) and its residual (the
+    last group)."""
+
+    sizes: np.ndarray
+    group_of_coordinate: np.ndarray | None = None
+    basis: np.ndarray | None = None
+    block_of_column: np.ndarray | None = None
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.sizes)
+
+    @classmethod
+    def of(cls, defense, shapes) -> "NoiseModel":
+        """The noise model of a `ClientPerturbationFactory` (None: No Defense, one noise-free group)
+        for uploads of tensors `shapes`."""
+        d = int(sum(int(np.prod(s)) for s in shapes))
+        groups = getattr(defense, "groups", None)
+        if defense is None or groups is None:
+            return cls(sizes=np.array([d], np.int64), group_of_coordinate=np.zeros(d, np.int32))
+        if isinstance(groups, SubspaceGroups):
+            basis = defense.basis_array() if hasattr(defense, "basis_array") else np.asarray(defense._eager_basis().numpy(), np.float32)
+            return cls(sizes=groups.sizes, basis=basis, block_of_column=groups.block_of_column())
+        ids = np.concatenate([np.asarray(a, np.int32).ravel() for a in groups.ids])
+        if len(ids) != d:
+            raise ValueError(f"the defense's groups cover {len(ids)} coordinates, the uploads {d}")
+        return cls(sizes=groups.sizes, group_of_coordinate=ids)
+
+
+def group_distances(observed: np.ndarray, candidates: np.ndarray, noise: NoiseModel) -> np.ndarray:
+    """D [S, G, N_o, N_q]: ||P_g (observed[o, s] - candidates[q, s])||^2 for uploads [N, S, d].
+
+    float64 throughout: the distances of near-equal uploads are small differences of large norms."""
+    n_o, steps, _ = observed.shape
+    out = np.empty((steps, noise.num_groups, n_o, candidates.shape[0]))
+    for s in range(steps):
+        f, c = observed[:, s].astype(np.float64), candidates[:, s].astype(np.float64)
+        if noise.basis is None:
+            for g in range(noise.num_groups):
+                mask = noise.group_of_coordinate == g
+                fg, cg = f[:, mask], c[:, mask]
+                out[s, g] = _squared_distances(fg, cg)
+            continue
+        total = _squared_distances(f, c)
+        pf = (observed[:, s] @ noise.basis).astype(np.float64)  # Projections in float32 (N x d x K), then float64.
+        pc = (candidates[:, s] @ noise.basis).astype(np.float64)
+        inside = np.zeros_like(total)
+        for j in range(noise.num_groups - 1):
+            cols = noise.block_of_column == j
+            out[s, j] = _squared_distances(pf[:, cols], pc[:, cols])
+            inside += out[s, j]
+        out[s, -1] = np.maximum(total - inside, 0.0)
+    return out
+
+
+def _squared_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """[N_a, N_b] ||a_i - b_j||^2 (rounding below zero cut at 0)."""
+    if a.shape[1] == 0:
+        return np.zeros((len(a), len(b)))
+    d2 = np.sum(a**2, 1)[:, None] + np.sum(b**2, 1)[None] - 2.0 * a @ b.T
+    return np.maximum(d2, 0.0)
+
+
+def log_likelihood(distances: np.ndarray, variances: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """[N_o, N_q] log p(f_o | q) up to a constant: distances D [S, G, N_o, N_q], per-candidate
+    variances sigma^2 + tau^2 [N_q, S, G] (all positive), group ranks `sizes` [G]."""
+    present = np.asarray(sizes) > 0  # An empty group has no coordinates (and may have sigma 0).
+    v = np.transpose(variances, (1, 2, 0))[:, present, None, :]  # [S, G', 1, N_q]
+    quadratic = np.sum(distances[:, present] / v, axis=(0, 1))
+    log_det = np.sum(np.asarray(sizes, np.float64)[present][None, :, None] * np.log(v[:, :, 0, :]), axis=(0, 1))  # [N_q]
+    return -0.5 * (quadratic + log_det[None])
+
+
+def posterior(log_lik: np.ndarray, coords: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(posterior mean [N_o, 2], MAP [N_o, 2]) over candidates at `coords` [N_q, 2], uniform prior."""
+    shifted = log_lik - log_lik.max(axis=1, keepdims=True)
+    w = np.exp(shifted)
+    w /= w.sum(axis=1, keepdims=True)
+    return w @ coords, coords[np.argmax(log_lik, axis=1)]
+
+
+def tempering_grid(distances: np.ndarray, sizes: np.ndarray, sigma2: np.ndarray) -> list[float]:
+    """tau^2 values to try: 0 where every group with coordinates has noise, then `TEMPERING_GRID`
+    times the samples' mean squared distance per coordinate to their nearest candidate."""
+    per_coordinate = np.min(np.sum(distances, axis=(0, 1)), axis=1) / (distances.shape[0] * float(np.sum(sizes)))
+    scale = float(np.mean(per_coordinate))
+    if not scale > 0:
+        scale = max(float(np.max(sigma2)), 1e-30)
+    present = sizes > 0
+    grid = [scale * t for t in TEMPERING_GRID]
+    return ([0.0] if np.all(sigma2[..., present] > 0) else []) + grid
+
+
+def choose_tempering(distances: np.ndarray, sigma2: np.ndarray, sizes: np.ndarray, coords: np.ndarray, truth: np.ndarray) -> tuple[float, float]:
+    """(tau^2, its posterior-mean RMSE) of the calibration samples with known positions `truth`
+    [N_c, 2]: the tau^2 of `tempering_grid` whose posterior mean errs least (the first on ties)."""
+    best = None
+    for tau2 in tempering_grid(distances, sizes, sigma2):
+        mean, _ = posterior(log_likelihood(distances, sigma2 + tau2, sizes), coords)
+        err = rmse(mean, truth)
+        if best is None or err < best[1]:
+            best = (tau2, err)
+    return best
+
+
+def rmse(pred: np.ndarray, truth: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(np.sum((np.asarray(pred, np.float64) - truth) ** 2, axis=1))))
+
+
+class UploadTraces:
+    """The S uploads of single-sample local steps, flat: clean [N, S, d], or privatized by a defense
+    as a client would (clip, then its noise), with each upload's sigma [N, S, G].
+
+    `model` holds the broadcast weights of the phase (`phases.build_phase_model`), `optimizer` the
+    client optimizer, `local_updates(model, optimizer, x, y, steps)` the clients' own local steps
+    (`learning.local_training.local_updates`); one traced graph serves every chunk."""
+
+    def __init__(self, model, optimizer, steps: int, *, local_updates):
+        self.model, self.optimizer, self.steps, self.local_updates = model, optimizer, steps, local_updates
+        self.shapes = [tuple(int(d) for d in v.shape) for v in model.trainable_variables]
+        signature = [tf.TensorSpec([None, *model.input_shape[1:]], tf.float32), tf.TensorSpec([None, *model.output_shape[1:]], tf.float32)]
+        self._clean = tf.function(self._clean_impl, input_signature=signature)
+        self._private = {}
+
+    def _clean_impl(self, x, y):
+        out = tf.TensorArray(tf.float32, size=tf.shape(x)[0])
+        for i in tf.range(tf.shape(x)[0]):
+            uploads = self.local_updates(self.model, self.optimizer, x[i : i + 1], y[i : i + 1], self.steps)
+            out = out.write(i, tf.stack([tf.concat([tf.reshape(u, [-1]) for u in upload], 0) for upload in uploads]))
+        return out.stack()
+
+    def clean(self, x: np.ndarray, y: np.ndarray, chunk: int = 64) -> np.ndarray:
+        """Unclipped uploads [N, S, d] (float32)."""
+        parts = [self._clean(tf.constant(x[s : s + chunk], tf.float32), tf.constant(y[s : s + chunk], tf.float32)).numpy() for s in range(0, len(x), chunk)]
+        return np.concatenate(parts) if parts else np.zeros((0, self.steps, sum(int(np.prod(s)) for s in self.shapes)), np.float32)
+
+    def privatize(self, uploads: np.ndarray, defense, extras, seed: tuple[int, int] | None, chunk: int = 64) -> tuple[np.ndarray, np.ndarray]:
+        """(privatized uploads [N, S, d], sigma [N, S, G]) of clean uploads [N, S, d]: row n, step s
+        gets the defense's noise for the seed pair [seed0, seed1 * SAMPLE_STRIDE + 8 n + s] (the
+        attack's per-sample streams, `attack.TraceCollector`); without `seed`, fresh noise."""
+        n, steps, d = uploads.shape
+        rows = uploads.reshape(n * steps, d)
+        seeds = None
+        if seed is not None:
+            index = 8 * np.repeat(np.arange(n), steps) + np.tile(np.arange(steps), n)
+            seeds = np.stack([np.full(n * steps, seed[0]), seed[1] * seeds_lib.SAMPLE_STRIDE + index], 1).astype(np.int64)
+        noised, sigma = [], []
+        for s in range(0, n * steps, chunk):
+            part = tf.constant(rows[s : s + chunk])
+            part_seeds = None if seeds is None else tf.constant(seeds[s : s + chunk])
+            if hasattr(defense, "privatize_batch"):
+                out, sg = defense.privatize_batch(part, part_seeds)
+            else:
+                out, sg = self._privatize_rows(defense, extras, part, part_seeds)
+            noised.append(out.numpy())
+            sg = sg.numpy()
+            sigma.append(np.broadcast_to(sg, (len(out), sg.shape[-1])) if sg.ndim == 1 else sg)
+        return np.concatenate(noised).reshape(n, steps, d), np.concatenate(sigma).reshape(n, steps, -1).astype(np.float64)
+
+    def _privatize_rows(self, defense, extras, rows, seeds):
+        key = (id(defense), seeds is not None)
+        if key not in self._private:
+            sizes = [int(np.prod(s)) for s in self.shapes]
+
+            def impl(rows, extras, seeds):
+                out_rows = tf.TensorArray(tf.float32, size=tf.shape(rows)[0])
+                out_sigma = tf.TensorArray(tf.float32, size=tf.shape(rows)[0])
+                for i in tf.range(tf.shape(rows)[0]):
+                    flat = [tf.reshape(t, s) for t, s in zip(tf.split(rows[i], sizes), self.shapes)]
+                    noised, sigma = defense.privatize(flat, extras, seed=None if seeds is None else seeds[i])
+                    out_rows = out_rows.write(i, tf.concat([tf.reshape(u, [-1]) for u in noised], 0))
+                    out_sigma = out_sigma.write(i, sigma)
+                return out_rows.stack(), out_sigma.stack()
+
+            self._private[key] = tf.function(impl)
+        extras = tf.nest.map_structure(tf.convert_to_tensor, extras if extras is not None else defense.initial_extras())
+        return self._private[key](rows, extras, seeds)
+
+
+def clip_uploads(uploads: np.ndarray, clip_norm: float | None) -> np.ndarray:
+    """Each upload [.., d] scaled to L2 norm at most `clip_norm` (Eq. (17)); None: as it is."""
+    if clip_norm is None:
+        return uploads
+    norm = np.linalg.norm(uploads.astype(np.float64), axis=-1, keepdims=True)
+    return (uploads * (clip_norm / np.maximum(norm, clip_norm))).astype(np.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class MapTraces:
+    """One observed map's traces: the observed uploads (privatized) [N_o, S, d] at `observed_coords`,
+    the calibration uploads (privatized) at `calibration_coords`, and the candidates' clipped clean
+    uploads [N_q, S, d] at `candidate_coords`, with the candidates' sigma [N_q, S, G]."""
+
+    observed: np.ndarray
+    observed_coords: np.ndarray
+    calibration: np.ndarray
+    calibration_coords: np.ndarray
+    candidates: np.ndarray
+    candidate_coords: np.ndarray
+    candidate_sigma: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True)
+class MatchingResult:
+    """Posterior-mean and MAP RMSE (m) over the observed samples, and the constant guess on them."""
+
+    rmse_m: float
+    map_rmse_m: float
+    constant_rmse_m: float
+    nearest_rmse_m: float  # The grid's floor: every observed sample at its nearest candidate.
+    tempering: tuple[float, ...]  # tau^2 chosen per map.
+    observed: int
+    candidates: int
+
+    @property
+    def ratio(self) -> float:
+        return self.rmse_m / self.constant_rmse_m
+
+    @property
+    def best_rmse_m(self) -> float:
+        return min(self.rmse_m, self.map_rmse_m)
+
+
+def match(maps: list[MapTraces], noise: NoiseModel, constant_position: np.ndarray) -> MatchingResult:
+    """The matching attack on every observed map: tempering chosen on the map's calibration
+    samples, then the posterior over its candidates for each observed sample."""
+    errors, map_errors, nearest, temperings, truth_all = [], [], [], [], []
+    sizes = noise.sizes
+    for m in maps:
+        sigma2 = m.candidate_sigma**2
+        cal = group_distances(m.calibration, m.candidates, noise)
+        tau2, _ = choose_tempering(cal, sigma2, sizes, m.candidate_coords, m.calibration_coords)
+        obs = group_distances(m.observed, m.candidates, noise)
+        mean, best = posterior(log_likelihood(obs, sigma2 + tau2, sizes), m.candidate_coords)
+        errors.append(np.sum((mean - m.observed_coords) ** 2, 1))
+        map_errors.append(np.sum((best - m.observed_coords) ** 2, 1))
+        gap = m.observed_coords[:, None, :] - m.candidate_coords[None]
+        nearest.append(np.min(np.sum(gap**2, 2), 1))
+        temperings.append(float(tau2))
+        truth_all.append(m.observed_coords)
+    truth = np.concatenate(truth_all)
+    return MatchingResult(
+        rmse_m=float(np.sqrt(np.mean(np.concatenate(errors)))),
+        map_rmse_m=float(np.sqrt(np.mean(np.concatenate(map_errors)))),
+        constant_rmse_m=rmse(np.broadcast_to(constant_position, truth.shape), truth),
+        nearest_rmse_m=float(np.sqrt(np.mean(np.concatenate(nearest)))),
+        tempering=tuple(temperings),
+        observed=len(truth),
+        candidates=int(sum(len(m.candidate_coords) for m in maps)),
+    )
