@@ -55,6 +55,13 @@ flags.DEFINE_bool("fresh_noise", _DEFAULTS.fresh_noise, common.FRESH_NOISE_HELP)
 flags.DEFINE_integer("attack_every", _DEFAULTS.attack_every, "Run the localization attack at round 1, every n rounds and the last (0: never).")
 flags.DEFINE_integer("attack_train_traces", _DEFAULTS.attack_train_traces, "Labelled traces the attacker trains on.")
 flags.DEFINE_integer("attack_test_traces", _DEFAULTS.attack_test_traces, "Held-out traces the attack is scored on.")
+flags.DEFINE_integer(
+    "matching_maps", _DEFAULTS.matching_maps, "Maps the digital-twin matching attacker observes at every attack round (0: the ridge attacker alone)."
+)
+flags.DEFINE_integer(
+    "matching_stride", _DEFAULTS.matching_stride, "The matching attacker's candidate grid: every n-th outdoor cell of the model's grid (1: every cell)."
+)
+flags.DEFINE_integer("matching_calibration", _DEFAULTS.matching_calibration, "Twin positions a map on which the matching attacker chooses its tempering.")
 flags.DEFINE_string(
     "attack_extra_root", None, "RadioMapSeer-layout folder of samples the observer simulated itself (its digital twin): more training traces for the attack."
 )
@@ -148,6 +155,9 @@ def _config() -> experiment.ExperimentConfig:
         attack_every=FLAGS.attack_every,
         attack_train_traces=FLAGS.attack_train_traces,
         attack_test_traces=FLAGS.attack_test_traces,
+        matching_maps=FLAGS.matching_maps,
+        matching_stride=FLAGS.matching_stride,
+        matching_calibration=FLAGS.matching_calibration,
         inject_nan_client=FLAGS.inject_nan_client,
         adaptive_partition=FLAGS.adaptive_partition,
         subspace_share=FLAGS.subspace_share,

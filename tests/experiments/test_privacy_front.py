@@ -8,6 +8,7 @@ import dataclasses
 import json
 import os
 
+import numpy as np
 import pytest
 
 from tff_radiomap.experiments import front_report
@@ -97,7 +98,13 @@ def test_front_csv_holds_one_row_per_method_and_nu_with_means_over_seeds(runs):
         "final_val_mse_db_std",
         "late_attack_rmse_m_mean",
         "late_attack_rmse_m_std",
-    ]  # The columns of fronts written before max_epsilon, then it, the final MSE, the attacks after round 1.
+        "first_attack_ratio_mean",
+        "late_attack_ratio_mean",
+        "late_attack_ratio_std",
+        "late_matching_ratio_mean",
+        "late_matching_ratio_std",
+        "late_ridge_ratio_mean",
+    ]  # The columns of fronts written before max_epsilon, then it, the final MSE, the attacks after round 1, their ratios.
     assert [(r["method"], float(r["noise_multiplier"]), int(r["seeds"])) for r in rows] == [("none", 0.0, 2), ("uniform", 0.01, 2)]
     assert [r["max_epsilon"] for r in rows] == ["", ""]  # Not known: these runs have no config.json.
     none, uniform = ({k: float(v or "nan") for k, v in r.items() if k not in ("method", "max_epsilon")} for r in rows)
@@ -112,11 +119,44 @@ def test_front_csv_holds_one_row_per_method_and_nu_with_means_over_seeds(runs):
     assert none["late_attack_rmse_m_mean"] == pytest.approx(25.0) and none["late_attack_rmse_m_std"] == pytest.approx(5.0)
     # Seed 1 has no attack after round 1: the mean is seed 0's alone, with no spread.
     assert uniform["late_attack_rmse_m_mean"] == pytest.approx(60.0) and rows[1]["late_attack_rmse_m_std"] == ""
+    # The ratios to the constant guess: round 1's (30/100, 40/100) and the later attacks' (20/100, 30/100).
+    assert none["first_attack_ratio_mean"] == pytest.approx(0.35)
+    assert none["late_attack_ratio_mean"] == pytest.approx(0.25) and none["late_attack_ratio_std"] == pytest.approx(0.05)
+    assert uniform["late_attack_ratio_mean"] == pytest.approx(0.6)  # Seed 0 alone, as above.
+    assert np.isnan(none["late_matching_ratio_mean"]) and np.isnan(none["late_ridge_ratio_mean"])  # Scored by no matching attacker.
     table = open(out["table_md"]).read()
     assert "| none | 0 | 2 | -21.00 | 1.00 | 25.00 | 5.00 | 30.00 | 100.00 | n/a |" in table
     assert "uniform_nu0.01_s1: last attack at round 1 of 3" in table
     with open(out["figure"], "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n" and os.path.getsize(out["figure"]) > 10_000
+
+
+def test_the_matching_and_ridge_ratios_are_each_on_their_own_constant_guess(tmp_path):
+    d = tmp_path / "none_s0"
+    d.mkdir()
+    columns = [
+        "round",
+        "val_mse_db",
+        "attack_rmse_m",
+        "attack_constant_rmse_m",
+        "attack_plain_rmse_m",
+        "attack_aware_rmse_m",
+        "attack_matching_rmse_m",
+        "attack_matching_constant_rmse_m",
+    ]
+    with open(d / "metrics.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(columns)
+        w.writerow([1, -20, 10, 100, 50, "nan", 20, 200])
+        w.writerow([2, -20, 20, 100, 60, 40, 40, 200])  # Ridge 0.4 (its aware view), matching 0.2: the strongest 0.2.
+        w.writerow([3, -20, 30, 100, 80, "nan", 120, 200])
+    with open(d / "summary.json", "w") as f:
+        json.dump({"best_val_mse_db": -20.0, "final_val_mse_db": -19.0}, f)
+    (row,), _, _ = front_report.front_rows(str(tmp_path), ["none"], [0.01], [0])
+    assert row["first_attack_ratio_mean"] == pytest.approx(0.1)
+    assert row["late_attack_ratio_mean"] == pytest.approx(0.25)
+    assert row["late_matching_ratio_mean"] == pytest.approx((0.2 + 0.6) / 2)
+    assert row["late_ridge_ratio_mean"] == pytest.approx((0.4 + 0.8) / 2)
 
 
 def test_a_missing_run_is_named_and_skipped_only_when_asked(runs):

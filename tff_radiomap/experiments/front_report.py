@@ -52,6 +52,16 @@ COLUMNS = (
     # "Adaptive's lambda_p").
     "late_attack_rmse_m_mean",
     "late_attack_rmse_m_std",
+    # The same as ratios to each attacker's constant guess on its own observed samples: the
+    # strongest attacker (what attack_rmse_m holds), round 1's and the later rounds'; the matching
+    # attacker alone and the ridge alone (its better view) over the later rounds. nan for runs
+    # scored before the matching attacker existed.
+    "first_attack_ratio_mean",
+    "late_attack_ratio_mean",
+    "late_attack_ratio_std",
+    "late_matching_ratio_mean",
+    "late_matching_ratio_std",
+    "late_ridge_ratio_mean",
 )
 STD_COLUMNS = tuple(c for c in COLUMNS if c.endswith("_std"))
 ALLOCATION_COLUMNS = ("method", "noise_multiplier", "seed", "round", "group", "weight", "phase")
@@ -101,6 +111,8 @@ def front_rows(output_dir: str, methods, noise_multipliers, seeds, skip_missing:
         late = privacy_table.mean_std(
             [privacy_table.mean_std([r.get("attack_rmse_m", np.nan) for r in metrics if int(r["round"]) > 1])[0] for _, _, metrics, _ in runs]
         )
+        ratios = [_attack_ratios(metrics) for _, _, metrics, _ in runs]
+        per_seed = {key: [r[key] for r in ratios] for key in ratios[0]}
         epsilons = [e for _, _, _, e in runs]
         rows.append(
             dict(
@@ -121,11 +133,38 @@ def front_rows(output_dir: str, methods, noise_multipliers, seeds, skip_missing:
                         final_mse[1],
                         late[0],
                         late[1],
+                        privacy_table.mean_std(per_seed["first"])[0],
+                        *privacy_table.mean_std(per_seed["late"]),
+                        *privacy_table.mean_std(per_seed["late_matching"]),
+                        privacy_table.mean_std(per_seed["late_ridge"])[0],
                     ),
                 )
             )
         )
     return rows, missing, notes
+
+
+def _attack_ratios(metrics: list[dict]) -> dict:
+    """One run's attacker RMSE over the constant guess: the strongest at round 1 ('first') and
+    averaged over the later attacks ('late'), the matching attacker's and the ridge's later mean."""
+
+    def ratio(row, rmse_keys, constant_key):
+        values = [float(row.get(k, "nan")) for k in rmse_keys]
+        values = [v for v in values if np.isfinite(v)]
+        return (min(values) if values else np.nan) / float(row.get(constant_key, "nan"))
+
+    def mean(rows, *args):
+        return privacy_table.mean_std([ratio(r, *args) for r in rows])[0]
+
+    attacked = [r for r in metrics if np.isfinite(float(r.get("attack_rmse_m", "nan")))]
+    first, later = [r for r in attacked if int(r["round"]) == 1], [r for r in attacked if int(r["round"]) > 1]
+    strongest = (("attack_rmse_m",), "attack_constant_rmse_m")
+    return {
+        "first": mean(first, *strongest),
+        "late": mean(later, *strongest),
+        "late_matching": mean(later, ("attack_matching_rmse_m",), "attack_matching_constant_rmse_m"),
+        "late_ridge": mean(later, ("attack_plain_rmse_m", "attack_aware_rmse_m"), "attack_constant_rmse_m"),
+    }
 
 
 def dead_stage(metrics: list[dict]) -> tuple[int, float] | None:
@@ -247,7 +286,10 @@ def _markdown(rows, seeds, missing, notes, moves=()) -> str:
         "individual uploads (each client composes its own uploads; no amplification by sampling); 'no guarantee' where an "
         "upload had none; 'n/a' where a run's is not known (no config.json). std 'n/a': fewer than two seeds with a value. "
         "final_val_mse_db: after the last round (stage 2's output), where best_val_mse_db may be stage 1's. "
-        "late_attack_rmse_m: the mean of a run's attacks after round 1, then over seeds (less noisy than the last attack).",
+        "late_attack_rmse_m: the mean of a run's attacks after round 1, then over seeds (less noisy than the last attack). "
+        "attack_rmse_m is the strongest attacker of each attack (the lowest ratio to its constant guess among the ridge's "
+        "views and the twin-matching attacker's posterior mean and MAP); the *_ratio columns are attacker RMSE over the "
+        "constant guess (1: learns nothing): the strongest at round 1 and later, the matching attacker and the ridge alone.",
     ]
     if moves:
         lines += [
@@ -276,25 +318,28 @@ def _figure(path: str, rows) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 5))
-    for method in dict.fromkeys(r["method"] for r in rows):
-        points = sorted((r for r in rows if r["method"] == method), key=lambda r: r["noise_multiplier"])
-        x, y = [p["best_val_mse_db_mean"] for p in points], [p["final_attack_rmse_m_mean"] for p in points]
-        bar = lambda key: [np.nan_to_num(p[key]) for p in points]  # noqa: E731  (one seed: no bar)
-        bars = dict(xerr=bar("best_val_mse_db_std"), yerr=bar("final_attack_rmse_m_std"), capsize=3)
-        if method == "none":
-            ax.errorbar(x, y, **bars, color="k", marker="*", markersize=14, linestyle="none", zorder=3, label=LABELS["none"])
-        else:
-            ax.errorbar(x, y, **bars, marker="o", label=LABELS.get(method, method))
-        for p, px, py in zip(points, x, y):
-            if method not in NOISE_FREE:
-                ax.annotate(rf"$\nu$={p['noise_multiplier']:g}", (px, py), textcoords="offset points", xytext=(4, 4), fontsize=7)
-    constant = privacy_table.mean_std([r["constant_rmse_m"] for r in rows])[0]
-    if np.isfinite(constant):
-        ax.axhline(constant, color="k", linestyle="--", label="constant guess")
-    ax.set(xlabel="best validation MSE (dB)", ylabel="final attacker RMSE (m)", title="Privacy-utility front")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    # Left: the strongest attacker (what the front is judged by); right: the matching attacker alone.
+    panels = (("late_attack_ratio", "strongest attacker, rounds after 1"), ("late_matching_ratio", "twin-matching attacker alone"))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5), sharey=True)
+    for ax, (key, title) in zip(axes, panels):
+        for method in dict.fromkeys(r["method"] for r in rows):
+            points = sorted((r for r in rows if r["method"] == method), key=lambda r: r["noise_multiplier"])
+            x, y = [p["best_val_mse_db_mean"] for p in points], [p[f"{key}_mean"] for p in points]
+            bar = lambda k: [np.nan_to_num(p[k]) for p in points]  # noqa: E731  (one seed: no bar)
+            bars = dict(xerr=bar("best_val_mse_db_std"), yerr=bar(f"{key}_std"), capsize=3)
+            if method == "none":
+                ax.errorbar(x, y, **bars, color="k", marker="*", markersize=14, linestyle="none", zorder=3, label=LABELS["none"])
+            else:
+                ax.errorbar(x, y, **bars, marker="o", label=LABELS.get(method, method))
+            for p, px, py in zip(points, x, y):
+                if method not in NOISE_FREE and np.isfinite(py):
+                    ax.annotate(rf"$\nu$={p['noise_multiplier']:g}", (px, py), textcoords="offset points", xytext=(4, 4), fontsize=7)
+        ax.axhline(1.0, color="k", linestyle="--", label="constant guess")
+        ax.set(xlabel="best validation MSE (dB)", title=title)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("attacker RMSE / constant guess")
+    axes[0].legend(fontsize=8)
+    fig.suptitle("Privacy-utility front")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -24,8 +24,9 @@ class ExperimentConfig:
     data_root: str
     resolution: int = 64
     width: float = 0.25
-    # Stage 2's output activation (radiounet.RadioUNetConfig.stage2_output): "linear" since the
-    # front's fourth session; runs saved before the field existed used "relu" (LEGACY_VALUES).
+    # Stage 2's output activation (radiounet.RadioUNetConfig.stage2_output): "linear" (a ReLU output
+    # let stage 2 die; bench/RESULTS.md, "The defenses and the privacy-utility front"); runs saved
+    # before the field existed used "relu" (LEGACY_VALUES).
     stage2_output: str = "linear"
     rounds: int = 50
     stage1_rounds: int = 25
@@ -55,9 +56,16 @@ class ExperimentConfig:
     attack_train_traces: int = 1024
     attack_test_traces: int = 256
     attack_extra_root: str = ""  # The observer's own simulated samples (RadioMapSeer layout), training traces only.
+    # The twin-matching attacker (experiments/privacy_matching.py), scored beside the ridge at every
+    # attack round: the maps it observes (0: the ridge alone), its candidates' grid stride in cells
+    # of the model's resolution (1: every outdoor cell) and its calibration positions a map.
+    matching_maps: int = 1
+    matching_stride: int = 1
+    matching_calibration: int = 8
     # Subspace Noise (privacy_defenses.BasisRefresher): share of B in the twin's leakage basis,
     # from `basis_positions` twin positions a map and its top `basis_k_per_map` directions. The
-    # share 0.25 was chosen on seed 10 by the rule in bench/RESULTS.md (seventh session); runs before
+    # share 0.25 was chosen on seed 10 by the rule in bench/RESULTS.md ("The defenses and the
+    # privacy-utility front"); runs before
     # it used 0.5, and every share tried (0.1-0.5) gave the same front to within a seed's spread.
     subspace_share: float = 0.25
     basis_positions: int = 32
@@ -112,6 +120,9 @@ class ExperimentConfig:
             (self.attack_steps >= 1, "attack_steps", "an integer >= 1"),
             (self.attack_train_traces >= 10, "attack_train_traces", "an integer >= 10"),
             (self.attack_test_traces >= 1, "attack_test_traces", "an integer >= 1"),
+            (self.matching_maps >= 0, "matching_maps", "an integer >= 0"),
+            (1 <= self.matching_stride <= self.resolution, "matching_stride", f"an integer in 1..resolution={self.resolution}"),
+            (self.matching_calibration >= 2, "matching_calibration", "an integer >= 2"),
             (self.client_placement in radiounet_process.CLIENT_PLACEMENTS, "client_placement", f"one of {radiounet_process.CLIENT_PLACEMENTS}"),
             (not self.centralised or self.client_placement == "tff", "client_placement", "'tff' with centralised (no clients)"),
         ]
@@ -135,4 +146,4 @@ class ExperimentConfig:
 
 
 # Fields added with a default other than the behaviour of the runs saved before them.
-LEGACY_VALUES = {"stage2_output": "relu"}
+LEGACY_VALUES = {"stage2_output": "relu", "matching_maps": 0}

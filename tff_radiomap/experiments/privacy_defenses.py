@@ -15,13 +15,15 @@ import tensorflow as tf
 
 from tff_radiomap.aggregators import AdaptiveGroupNoiseFactory, client_perturbation, subspace_noise
 from tff_radiomap.data import radiomapseer, twin
+from tff_radiomap.experiments import privacy_matching
 from tff_radiomap.learning import local_training, radiounet_process
 from tff_radiomap.models import phases
 from tff_radiomap.models.phases import Phase
-from tff_radiomap.privacy import allocator, attack, groups, leakage_basis
+from tff_radiomap.privacy import allocator, attack, groups, leakage_basis, matching_attack
 
-# Per attacked round: the stronger attacker (what tables report), the plain and the defense-aware one.
-ATTACK_METRICS = ("attack_rmse_m", "attack_constant_rmse_m", "attack_plain_rmse_m", "attack_aware_rmse_m")
+# Per attacked round: the strongest attacker (what tables report: `privacy_matching.strongest`), the
+# ridge's constant guess, its plain and defense-aware views, and the matching attacker's figures.
+ATTACK_METRICS = ("attack_rmse_m", "attack_constant_rmse_m", "attack_plain_rmse_m", "attack_aware_rmse_m") + privacy_matching.MATCHING_METRICS
 
 
 def uses_basis(config) -> bool:
@@ -158,8 +160,10 @@ class PrivacyHooks:
     factories: dict  # Phase -> factory or None.
     allocator_trainer: dict = dataclasses.field(default_factory=dict)
     extra_pool: dict | None = None  # x, y, coords_m the observer simulated itself: training traces only.
+    matching: privacy_matching.MatchingObserver | None = None  # The twin-matching attacker (None: ridge only).
     _models: dict = dataclasses.field(default_factory=dict)  # Phase -> phases.build_phase_model(...)
     _collectors: dict = dataclasses.field(default_factory=dict)  # Phase -> attack.TraceCollector
+    _traces: dict = dataclasses.field(default_factory=dict)  # Phase -> matching_attack.UploadTraces
 
     def attack_due(self, round_num: int) -> bool:
         every = self.config.attack_every
@@ -176,16 +180,27 @@ class PrivacyHooks:
     def _client_optimizer(self):
         return radiounet_process.build_optimizer(self.config.client_optimizer, self.config.client_learning_rate)
 
+    def round_extras(self, state, round_num: int):
+        """The defense parameters the clients of round `round_num` use (None: No Defense): the
+        state's, or the factory's initial ones in a phase's first round."""
+        factory = self.factories.get(self.config.phase_for_round(round_num))
+        if factory is None:
+            return None
+        in_phase = int(state["phase"]) == int(self.config.phase_for_round(round_num))
+        return aggregator_extras(state, factory) if in_phase else factory.initial_extras()
+
     def attack(self, trainer, state, round_num: int) -> dict:
         """Attacker RMSE against the uploads of round `round_num` (from the model broadcast in it)."""
+        return self.attack_weights(trainer.network_weights(state), self.round_extras(state, round_num), round_num)
+
+    def attack_weights(self, weights: phases.NetworkWeights, extras, round_num: int) -> dict:
+        """`ATTACK_METRICS` of the uploads of round `round_num` from the broadcast `weights`, the
+        defense holding `extras` (`round_extras`) and its current basis: every attacker, and the
+        strongest of them."""
         cfg = self.config
         phase = cfg.phase_for_round(round_num)
         factory = self.factories.get(phase)
-        model = self._model(phase, trainer.network_weights(state))
-        extras = None
-        if factory is not None:
-            in_phase = int(state["phase"]) == int(phase)
-            extras = aggregator_extras(state, factory) if in_phase else factory.initial_extras()
+        model = self._model(phase, weights)
         if phase not in self._collectors:
             self._collectors[phase] = attack.TraceCollector(
                 model, self._client_optimizer(), cfg.attack_steps, factory, local_updates=local_training.local_updates
@@ -200,7 +215,23 @@ class PrivacyHooks:
             attack.AttackConfig(cfg.attack_steps, cfg.attack_train_traces, cfg.attack_test_traces, seed=cfg.seed + round_num),
             extra=self.extra_pool,
         )
-        values = (result.rmse_m, result.constant_rmse_m, result.plain_rmse_m, result.aware_rmse_m)
+        matched = None
+        if self.matching is not None:
+            if phase not in self._traces:
+                self._traces[phase] = matching_attack.UploadTraces(
+                    model, self._client_optimizer(), cfg.attack_steps, local_updates=local_training.local_updates
+                )
+            t0 = time.monotonic()
+            matched = self.matching.attack(self._traces[phase], factory, extras, cfg.seed + round_num, self.attacker_pool["coords_m"].mean(0))
+            matching_seconds = time.monotonic() - t0
+            if not np.isfinite(matched.rmse_m):
+                raise FloatingPointError("the matching attacker's estimate is not finite: the global model's local steps diverged")
+        strongest = privacy_matching.strongest(result.rmse_m, result.constant_rmse_m, matched)
+        values = (strongest, result.constant_rmse_m, result.plain_rmse_m, result.aware_rmse_m)
+        if matched is None:
+            values += (float("nan"),) * len(privacy_matching.MATCHING_METRICS)
+        else:
+            values += (matched.rmse_m, matched.map_rmse_m, matched.constant_rmse_m, matching_seconds)
         return dict(zip(ATTACK_METRICS, values))
 
     def train_allocator(self, trainer, state, round_num: int):
@@ -267,7 +298,8 @@ def build_hooks(config, maps: radiomapseer.RadioMapSeer, factories: dict) -> Pri
     if config.attack_extra_root:
         own = radiomapseer.RadioMapSeer(radiomapseer.LoaderConfig(root=config.attack_extra_root, resolution=config.resolution))
         extra = attacker_pool(own, np.arange(len(own.map_ids)))
-    return PrivacyHooks(config, pool, factories, extra_pool=extra)
+    matching = privacy_matching.MatchingObserver(config, maps) if config.attack_every and config.matching_maps else None
+    return PrivacyHooks(config, pool, factories, extra_pool=extra, matching=matching)
 
 
 def basis_refresher(config, basis_dir: str, hooks: PrivacyHooks | None) -> BasisRefresher | None:

@@ -9,6 +9,8 @@ reference) for `config.rounds` rounds and writes to `output_dir`:
     tensorboard/       the same values as TensorBoard scalars
     program_state/     `tff.program.FileProgramStateManager` checkpoints, one per round
     accounting/        the per-client privacy accountant saved with each checkpoint (`privacy_accounting`)
+    attack_rounds/, basis_rounds/   the broadcast model of every attack round and basis refresh, for
+                       scoring the attacks again without training (`attack_rounds`, programs/attack_runs)
     summary.json       best and final validation MSE and `privacy` (max epsilon at delta 1e-5 over
                        the clients, None where an upload had no guarantee), written when the run completes
     curves.png, predictions.png   pictures of the finished run (`privacy_figures`); a finished
@@ -40,7 +42,7 @@ import numpy as np
 import tensorflow_federated as tff
 from absl import logging
 
-from tff_radiomap.experiments import defense_registry, privacy_accounting, privacy_defenses, privacy_figures
+from tff_radiomap.experiments import attack_rounds, defense_registry, privacy_accounting, privacy_defenses, privacy_figures
 from tff_radiomap.experiments.defense_registry import DEFENSES, Defense, phase_factories, register_defense  # noqa: F401 (the experiment's API)
 from tff_radiomap.experiments.privacy_config import ADAPTIVE_PARTITIONS, LEGACY_VALUES, ExperimentConfig  # noqa: F401 (the experiment's API)
 from tff_radiomap.experiments.privacy_setup import build_trainer, check_data, load_data, read_maps  # noqa: F401 (the experiment's API)
@@ -72,7 +74,18 @@ class ConfigMismatchError(run_folder.RunFolderConflict):
 
 
 DataTooSmallError = privacy_defenses.DataTooSmallError
-RUN_FILES = ("config.json", "metrics.csv", "summary.json", "program_state", "tensorboard", ALLOCATOR_STATE, "basis", "accounting")
+RUN_FILES = (
+    "config.json",
+    "metrics.csv",
+    "summary.json",
+    "program_state",
+    "tensorboard",
+    ALLOCATOR_STATE,
+    "basis",
+    "accounting",
+    attack_rounds.ATTACK_ROUNDS,
+    attack_rounds.BASIS_ROUNDS,
+)
 
 
 def _check_config(config: ExperimentConfig, output_dir: str) -> bool:
@@ -163,6 +176,7 @@ def run(
         bar = _progress_bar(config, done, progress)
         for round_num in range(done + 1, config.rounds + 1):
             refreshed = refresher.before_round(trainer, program_state["trainer_state"], round_num) if refresher else {}
+            _keep_models(config, output_dir, trainer, program_state["trainer_state"], round_num, hooks, refreshed)
             row = _train_round(config, data, trainer, evaluator, program_state, round_num, hooks, (accountant, events))
             row.update(refreshed)
             loop.run_until_complete(releases.release(row, key=round_num))
@@ -184,6 +198,19 @@ def run(
     summary["privacy"] = privacy_accounting.run_summary(accountant)
     run_folder.write_json(summary_path, summary)
     return summary
+
+
+def _keep_models(config: ExperimentConfig, output_dir: str, trainer, state, round_num: int, hooks, refreshed: dict) -> None:
+    """The broadcast model of an attack round (with its defense parameters) and of a basis refresh,
+    for scoring the attacks again later (`attack_rounds`)."""
+    attacked = hooks is not None and config.attack_every and hooks.attack_due(round_num)
+    if not (attacked or refreshed.get("basis_refreshed")):
+        return
+    weights, phase = trainer.network_weights(state), config.phase_for_round(round_num)
+    if attacked:
+        attack_rounds.save(output_dir, attack_rounds.ATTACK_ROUNDS, round_num, weights, phase, hooks.round_extras(state, round_num))
+    if refreshed.get("basis_refreshed"):
+        attack_rounds.save(output_dir, attack_rounds.BASIS_ROUNDS, round_num, weights, phase)
 
 
 def _write_pictures(config: ExperimentConfig, output_dir: str, data, weights) -> None:

@@ -1,0 +1,98 @@
+"""The matching attacker of a privacy run (`privacy.matching_attack`): which uploads it observes,
+where its candidates and calibration samples come from, and how its score joins the ridge's.
+
+Observed: every data-set sample of `matching_maps` maps, drawn once from the run's seed (the same
+maps at every attack round, so that the twin's simulations are made once and cached). Candidates:
+on each observed map, a transmitter at the centre of every `matching_stride`-th outdoor cell of the
+model's grid, simulated by the digital twin (`data.twin.position_gains`), never a data-set
+sample. Calibration: `matching_calibration` twin transmitters a map at outdoor pixels that are no
+cell's centre. The observed and calibration uploads are privatized by the run's defense with
+seeded noise of their own streams; the candidates are clean and clipped, as a client's upload
+before its noise.
+
+Cost per attack round: maps x (candidates + calibration + observed) single-sample traces of S local
+steps, plus the distances (one [N, d] x [d, N_q] product a step and group, in float64).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tff_radiomap import seeds as seeds_lib
+from tff_radiomap.data import twin
+from tff_radiomap.privacy import matching_attack
+
+# The matching attacker's measurements per attacked round (the posterior mean is the attack's
+# estimate; the MAP and the constant guess of its own observed samples are reported beside it,
+# and the seconds it took: traces, distances and posterior).
+MATCHING_METRICS = ("attack_matching_rmse_m", "attack_matching_map_rmse_m", "attack_matching_constant_rmse_m", "attack_matching_seconds")
+
+
+class MatchingObserver:
+    """The observed maps of one run, their candidates and calibration samples (made once)."""
+
+    def __init__(self, config, maps):
+        self.config = config
+        rng = seeds_lib.generator(config.seed, seeds_lib.MATCHING_MAPS)
+        count = min(config.matching_maps, len(maps.map_ids))
+        self.map_positions = np.sort(rng.choice(len(maps.map_ids), count, replace=False))
+        self.maps = []
+        for p in self.map_positions:
+            m = int(maps.map_ids[p])
+            buildings = twin.read_buildings(config.data_root, m)
+            grid = twin.grid_positions(buildings, config.resolution, config.matching_stride)
+            calibration = twin.off_grid_positions(
+                seeds_lib.generator(config.seed, seeds_lib.MATCHING_MAPS, m), buildings, config.resolution, config.matching_calibration
+            )
+            gains = twin.position_gains(config.data_root, m, np.concatenate([grid, calibration]))
+            simulated = maps.samples_at(int(p), np.concatenate([grid, calibration]), gains)
+            observed = maps.arrays([int(p)])
+            split = len(grid)
+            self.maps.append(
+                {
+                    "observed": {k: observed[k] for k in ("x", "y", "coords_m")},
+                    "candidates": {k: v[:split] for k, v in simulated.items()},
+                    "calibration": {k: v[split:] for k, v in simulated.items()},
+                }
+            )
+
+    def map_traces(self, traces: matching_attack.UploadTraces, defense, extras, round_seed: int):
+        """`MapTraces` of every observed map in turn, the uploads from `traces`' model as it is."""
+        clip = None if defense is None else defense.clip_norm
+        fixed = None if defense is None else defense.fixed_sigmas()
+        for j, sets in enumerate(self.maps):
+            observed = traces.clean(sets["observed"]["x"], sets["observed"]["y"])
+            calibration = traces.clean(sets["calibration"]["x"], sets["calibration"]["y"])
+            candidates = traces.clean(sets["candidates"]["x"], sets["candidates"]["y"])
+            if defense is None:
+                sigma = np.zeros((len(candidates), traces.steps, 1))
+            else:
+                observed, _ = traces.privatize(observed, defense, extras, seed=(round_seed, 16 + 2 * j))
+                calibration, _ = traces.privatize(calibration, defense, extras, seed=(round_seed, 17 + 2 * j))
+                if fixed is not None:
+                    sigma = np.broadcast_to(np.asarray(fixed, np.float64), (len(candidates), traces.steps, len(fixed)))
+                else:  # The noise scale depends on the update: each candidate's own (its noise is dropped).
+                    _, sigma = traces.privatize(candidates, defense, extras, seed=(round_seed, 15))
+            yield matching_attack.MapTraces(
+                observed=observed,
+                observed_coords=sets["observed"]["coords_m"].astype(np.float64),
+                calibration=calibration,
+                calibration_coords=sets["calibration"]["coords_m"].astype(np.float64),
+                candidates=matching_attack.clip_uploads(candidates, clip),
+                candidate_coords=sets["candidates"]["coords_m"].astype(np.float64),
+                candidate_sigma=sigma,
+            )
+
+    def attack(self, traces: matching_attack.UploadTraces, defense, extras, round_seed: int, constant_position) -> matching_attack.MatchingResult:
+        noise = matching_attack.NoiseModel.of(defense, traces.shapes)
+        return matching_attack.match(self.map_traces(traces, defense, extras, round_seed), noise, np.asarray(constant_position, np.float64))
+
+
+def strongest(ridge_rmse: float, ridge_constant: float, matching: matching_attack.MatchingResult | None) -> float:
+    """The strongest attacker's RMSE in the ridge's meters: ridge_constant x the lowest ratio to the
+    constant guess among the ridge (its best view), the matching posterior mean and its MAP, each
+    ratio on its own observed samples (the attackers observe different samples)."""
+    ratios = [ridge_rmse / ridge_constant]
+    if matching is not None:
+        ratios += [matching.rmse_m / matching.constant_rmse_m, matching.map_rmse_m / matching.constant_rmse_m]
+    return ridge_constant * min(ratios)
