@@ -7,7 +7,7 @@ to clients every round, so the factory runs in any TFF pipeline. Without an `eta
 Directed Uniform's allocation when the groups have a non-empty transmitter-sensitive one
 (`allocator_net.init_params(init='directed')`: a share of 1e-9 of B on the other groups), else at
 Uniform Noise's (`init='proportional'`); `init=` chooses (why Directed by default: bench/RESULTS.md,
-"Measurements that lived in docstrings"). The allocator training of
+"Table I at the paper's budget (nu = 3)"). The allocator training of
 Eqs. (20)-(21) (`tff_radiomap.privacy.allocator`) replaces eta between rounds with
 `client_perturbation.replace_extras(state, eta=...)`. The state also holds the round index r (it
 advances every round; the summary uses r / total_rounds) and the phase indicator.

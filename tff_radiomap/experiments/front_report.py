@@ -49,7 +49,7 @@ COLUMNS = (
     # The attacks after round 1, averaged run by run, then over seeds: round 1's attack reads the
     # initial model (at the constant guess under every noise defense), and the last attack alone
     # moves between neighbouring attacks; this mean spreads less over seeds (bench/RESULTS.md,
-    # "Adaptive's lambda_p").
+    # "The front").
     "late_attack_rmse_m_mean",
     "late_attack_rmse_m_std",
     # The same as ratios to each attacker's constant guess on its own observed samples: the
@@ -68,7 +68,7 @@ ALLOCATION_COLUMNS = ("method", "noise_multiplier", "seed", "round", "group", "w
 WEIGHT_PREFIX = "allocator/weight_"
 # A stage whose validation MSE stays within this many dB over its last DEAD_ROUNDS rounds is
 # reported as dead (a constant map: a ReLU output whose pre-activations are all negative); the
-# spreads that set the threshold are in bench/RESULTS.md ("stage 2's output made linear").
+# spreads that set the threshold are in bench/RESULTS.md ("Stage 2's output made linear: seed 1's dead stage 2").
 DEAD_ROUNDS, DEAD_SPREAD_DB = 10, 0.1
 
 

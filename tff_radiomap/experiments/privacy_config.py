@@ -25,7 +25,7 @@ class ExperimentConfig:
     resolution: int = 64
     width: float = 0.25
     # Stage 2's output activation (radiounet.RadioUNetConfig.stage2_output): "linear" (a ReLU output
-    # let stage 2 die; bench/RESULTS.md, "The defenses and the privacy-utility front"); runs saved
+    # let stage 2 die; bench/RESULTS.md, "Stage 2's output made linear: seed 1's dead stage 2"); runs saved
     # before the field existed used "relu" (LEGACY_VALUES).
     stage2_output: str = "linear"
     rounds: int = 50
@@ -64,8 +64,8 @@ class ExperimentConfig:
     matching_calibration: int = 8
     # Subspace Noise (privacy_defenses.BasisRefresher): share of B in the twin's leakage basis,
     # from `basis_positions` twin positions a map and its top `basis_k_per_map` directions. The
-    # share 0.25 was chosen on seed 10 by the rule in bench/RESULTS.md ("The defenses and the
-    # privacy-utility front"); runs before
+    # share 0.25 was chosen on seed 10 by the rule in bench/RESULTS.md ("Subspace Noise's
+    # share, chosen on a selection seed"); runs before
     # it used 0.5, and every share tried (0.1-0.5) gave the same front to within a seed's spread.
     subspace_share: float = 0.25
     basis_positions: int = 32

@@ -28,7 +28,7 @@ convolution gives the 1-channel output (`s{1,2}_output_conv`). The input of stag
 `RadioUNetConfig.stage2_output="linear"` drops the ReLU of stage 2's output convolution (the only
 departure from the authors' table). A ReLU output has an absorbing state: once every pre-activation
 is negative the map is a constant 0 and no gradient reaches the stage again. Federated training
-falls into it at stage 2's first round for some seeds (bench/RESULTS.md, "Seed 1's dead stage 2");
+falls into it at stage 2's first round for some seeds (bench/RESULTS.md, "Stage 2's output made linear: seed 1's dead stage 2");
 a linear output keeps the direct path from y1 and the stage input open. Stage 1 is unchanged, so
 its rounds are the same with either setting.
 

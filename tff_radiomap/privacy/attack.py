@@ -14,7 +14,7 @@ norm over input channels of every (tap, output channel), and every other tensor 
 Position leaks through where in the image the error concentrates: zero padding and stride-2
 (transposed) convolutions make a kernel's update depend on it. With an Adam client the first step
 is close to lr * sign(gradient), so the norms alone carry little; the signs of the first upload
-carry most of what the observer can use (the figures: bench/RESULTS.md, "Privacy: the
+carry most of what the observer can use (the figures: bench/RESULTS.md, "The
 localization attack").
 
 Regressor h: standardization then ridge regression (a one-layer linear network fitted in closed
@@ -23,6 +23,11 @@ split of the training traces. Kernel ridge (RBF), k-nearest neighbours, gradient
 small MLPs on the same features all did worse than linear ridge with ~10^3 traces; what helps is
 more labelled traces (same section), which is why the observer may add
 its own simulated traces (`extra` pool in `run_attack`).
+
+This learned attacker is not the strongest the threat model allows: with the twin, the broadcast
+model and the defense known, matching the observed upload against every candidate position's
+(`matching_attack.py`) localizes far better; a run scores both, and its `attack_rmse_m` is the
+stronger (`experiments/privacy_matching.strongest`).
 
 Metric (Eq. (8)): RMSE of ||c_hat - c|| in meters, with the RMSE of the best constant guess (the
 mean training position) as the floor every figure should be read against.

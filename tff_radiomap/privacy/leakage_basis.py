@@ -1,7 +1,7 @@
 """Where the uploads reveal the transmitter: a basis of the leakage subspace, from the defender's twin.
 
 An upload's dependence on the transmitter position is low-dimensional and tied to the building
-map (bench/RESULTS.md, "Where the transmitter leaks"): on one map, the single-sample uploads of the
+map (bench/RESULTS.md, "The leakage audit: where the transmitter leaks"): on one map, the single-sample uploads of the
 current global model vary with the position along a few directions, and those directions differ
 from map to map. So the defender, on every public building map, simulates uploads at positions of
 its own (`data.twin`), centres them per map, and keeps each map's top `k_per_map` principal

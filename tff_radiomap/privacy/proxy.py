@@ -42,7 +42,7 @@ choice of alpha on a validation split (the proxy picks it on its held-out traces
 optimistic for the attacker), and the attack's larger trace count (1024 + extras): the ridge's
 strength grows with N against the dual ridge tr(Sigma) = B that Uniform's noise adds, so a proxy
 of N_tr = 288 traces is weaker than the attack where the leak is barely readable (see
-bench/RESULTS.md, "Issue 14"). Whether the first upload or all S signed uploads match the attack's
+bench/RESULTS.md, "Adaptive (the proposed allocator)"). Whether the first upload or all S signed uploads match the attack's
 signal better was not measured: the attack's signed block is the first upload, so that is used.
 """
 
