@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from baselines import remnet_methods
 from tests.rem_tiny import tiny_config, tiny_scenario
-from tff_radiomap.learning import epfl_remnet, epfl_stacked, rem_runner
+from tff_radiomap.learning import epfl_remnet, epfl_stacked, rem_runner, stacked_local
 
 
 def _stacked_data(scenario):
@@ -70,12 +70,12 @@ def test_layer_norm_gradient_equals_differentiating_the_moments():
 
     def reference(h, gamma, beta):  # Keras' formula, op by op.
         mean, var = tf.nn.moments(h, axes=[-1], keepdims=True)
-        return (h - mean) * tf.math.rsqrt(var + epfl_stacked.LAYER_NORM_EPSILON) * gamma[:, None, :] + beta[:, None, :]
+        return (h - mean) * tf.math.rsqrt(var + stacked_local.LAYER_NORM_EPSILON) * gamma[:, None, :] + beta[:, None, :]
 
     values = [h, p["n.gamma"], p["n.beta"]]
     with tf.GradientTape(persistent=True) as tape:
         tape.watch(values)
-        mine = epfl_stacked._layer_norm({"n.gamma": values[1], "n.beta": values[2]}, "n", values[0])
+        mine = stacked_local._layer_norm({"n.gamma": values[1], "n.beta": values[2]}, "n", values[0])
         theirs = reference(*values)
     np.testing.assert_allclose(mine.numpy(), theirs.numpy(), rtol=1e-5, atol=1e-6)
     for got, want in zip(tape.gradient(mine, values, output_gradients=dy), tape.gradient(theirs, values, output_gradients=dy)):

@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from baselines import remnet_methods
 from tests.rem_tiny import tiny_config, tiny_scenario
-from tff_radiomap.learning import epfl_stacked, stacked_runner
+from tff_radiomap.learning import epfl_stacked, stacked_local, stacked_runner
 
 
 @pytest.mark.parametrize("shape", [(3, 16, 16), (3, 17, 5)])  # Sizes a multiple of the kernel's vector width, and not.
@@ -18,11 +18,11 @@ def test_one_fused_adam_step_equals_the_masked_step_bit_for_bit(shape):
     w0 = rng.normal(size=shape).astype(np.float32)
     w, a, v = tf.constant(w0), tf.zeros(shape), tf.zeros(shape)
     scratch = (tf.Variable(w0), tf.Variable(tf.zeros(shape)), tf.Variable(tf.zeros(shape)))
-    rates, everyone = epfl_stacked._adam_rates(config, 6), tf.ones([shape[0]])
+    rates, everyone = stacked_local._adam_rates(config, 6), tf.ones([shape[0]])
     for t in range(6):
         g = (rng.normal(size=shape) * 10.0 ** rng.uniform(-12, 0, size=shape)).astype(np.float32)  # Tiny to large.
-        w, a, v = epfl_stacked._optimizer_step(config, w, g, a, v, tf.fill([shape[0]], rates[t]), everyone)
-        epfl_stacked._fused_adam_step(config, scratch, tf.constant(g), rates[t])
+        w, a, v = stacked_local._optimizer_step(config, w, g, a, v, tf.fill([shape[0]], rates[t]), everyone)
+        stacked_local._fused_adam_step(config, scratch, tf.constant(g), rates[t])
         for mine, fused in zip((w, a, v), scratch):
             np.testing.assert_array_equal(mine.numpy(), fused.numpy())
 
