@@ -92,15 +92,9 @@ def _toy_maps(rng, noise_sd, cells=12, steps=2, d=24, observed=10, calibration=6
     def draw(idx):
         return table[idx] + noise_sd * rng.standard_normal(table[idx].shape).astype(np.float32)
 
-    return ma.MapTraces(
-        observed=draw(pick),
-        observed_coords=coords[pick],
-        calibration=draw(cal),
-        calibration_coords=coords[cal] + (0.0 if on_grid_calibration else 1.5),
-        candidates=table,
-        candidate_coords=coords,
-        candidate_sigma=np.full((len(coords), steps, 1), noise_sd),
-    )
+    noise = ma.NoiseModel(sizes=np.array([d]), group_of_coordinate=np.zeros(d, np.int32))
+    halves = [(table[:50], np.full((50, steps, 1), noise_sd)), (table[50:], np.full((len(table) - 50, steps, 1), noise_sd))]  # Two chunks.
+    return ma.MapDistances.of(draw(pick), coords[pick], draw(cal), coords[cal] + (0.0 if on_grid_calibration else 1.5), halves, coords, noise)
 
 
 def test_without_noise_and_the_truth_a_candidate_the_attacker_is_exact():
@@ -121,6 +115,7 @@ def test_with_noise_far_above_the_signal_the_estimate_is_the_prior_mean():
     noise = ma.NoiseModel(sizes=np.array([24]), group_of_coordinate=np.zeros(24, np.int32))
     result = ma.match(maps, noise, np.array([48.0, 48.0]))
     prior_mean = maps[0].candidate_coords.mean(0)
+    assert maps[0].observed.shape == (2, 1, 40, 144) and maps[0].candidate_sigma.shape == (144, 2, 1)
     truth = np.concatenate([m.observed_coords for m in maps])
     prior_rmse = ma.rmse(np.broadcast_to(prior_mean, truth.shape), truth)
     assert result.rmse_m == pytest.approx(prior_rmse, rel=0.02)

@@ -56,36 +56,42 @@ class MatchingObserver:
                 }
             )
 
-    def map_traces(self, traces: matching_attack.UploadTraces, defense, extras, round_seed: int):
-        """`MapTraces` of every observed map in turn, the uploads from `traces`' model as it is."""
+    def map_distances(self, traces: matching_attack.UploadTraces, defense, extras, round_seed: int, noise: matching_attack.NoiseModel, chunk: int = 256):
+        """`MapDistances` of every observed map in turn, the uploads from `traces`' model as it is;
+        the candidates' uploads `chunk` at a time."""
         clip = None if defense is None else defense.clip_norm
         fixed = None if defense is None else defense.fixed_sigmas()
         for j, sets in enumerate(self.maps):
             observed = traces.clean(sets["observed"]["x"], sets["observed"]["y"])
             calibration = traces.clean(sets["calibration"]["x"], sets["calibration"]["y"])
-            candidates = traces.clean(sets["candidates"]["x"], sets["candidates"]["y"])
-            if defense is None:
-                sigma = np.zeros((len(candidates), traces.steps, 1))
-            else:
+            if defense is not None:
                 observed, _ = traces.privatize(observed, defense, extras, seed=(round_seed, 16 + 2 * j))
                 calibration, _ = traces.privatize(calibration, defense, extras, seed=(round_seed, 17 + 2 * j))
-                if fixed is not None:
-                    sigma = np.broadcast_to(np.asarray(fixed, np.float64), (len(candidates), traces.steps, len(fixed)))
-                else:  # The noise scale depends on the update: each candidate's own (its noise is dropped).
-                    _, sigma = traces.privatize(candidates, defense, extras, seed=(round_seed, 15))
-            yield matching_attack.MapTraces(
-                observed=observed,
-                observed_coords=sets["observed"]["coords_m"].astype(np.float64),
-                calibration=calibration,
-                calibration_coords=sets["calibration"]["coords_m"].astype(np.float64),
-                candidates=matching_attack.clip_uploads(candidates, clip),
-                candidate_coords=sets["candidates"]["coords_m"].astype(np.float64),
-                candidate_sigma=sigma,
+
+            def candidate_chunks(cand=sets["candidates"]):
+                for start in range(0, len(cand["x"]), chunk):
+                    clean = traces.clean(cand["x"][start : start + chunk], cand["y"][start : start + chunk])
+                    if defense is None:
+                        sigma = np.zeros((len(clean), traces.steps, 1))
+                    elif fixed is not None:
+                        sigma = np.broadcast_to(np.asarray(fixed, np.float64), (len(clean), traces.steps, len(fixed)))
+                    else:  # The noise scale depends on the update: each candidate's own (its noise is dropped).
+                        _, sigma = traces.privatize(clean, defense, extras, seed=(round_seed, 15))
+                    yield matching_attack.clip_uploads(clean, clip), sigma
+
+            yield matching_attack.MapDistances.of(
+                observed,
+                sets["observed"]["coords_m"],
+                calibration,
+                sets["calibration"]["coords_m"],
+                candidate_chunks(),
+                sets["candidates"]["coords_m"],
+                noise,
             )
 
     def attack(self, traces: matching_attack.UploadTraces, defense, extras, round_seed: int, constant_position) -> matching_attack.MatchingResult:
         noise = matching_attack.NoiseModel.of(defense, traces.shapes)
-        return matching_attack.match(self.map_traces(traces, defense, extras, round_seed), noise, np.asarray(constant_position, np.float64))
+        return matching_attack.match(self.map_distances(traces, defense, extras, round_seed, noise), noise, np.asarray(constant_position, np.float64))
 
 
 def strongest(ridge_rmse: float, ridge_constant: float, matching: matching_attack.MatchingResult | None) -> float:

@@ -239,18 +239,35 @@ def clip_uploads(uploads: np.ndarray, clip_norm: float | None) -> np.ndarray:
 
 
 @dataclasses.dataclass(frozen=True)
-class MapTraces:
-    """One observed map's traces: the observed uploads (privatized) [N_o, S, d] at `observed_coords`,
-    the calibration uploads (privatized) at `calibration_coords`, and the candidates' clipped clean
-    uploads [N_q, S, d] at `candidate_coords`, with the candidates' sigma [N_q, S, G]."""
+class MapDistances:
+    """One observed map, reduced to what the likelihood needs: the per-group squared distances
+    (`group_distances`) of the observed uploads [S, G, N_o, N_q] and of the calibration uploads
+    [S, G, N_c, N_q] (both privatized) to the candidates' clipped clean uploads, the candidates'
+    sigma [N_q, S, G], and the positions of all three."""
 
     observed: np.ndarray
     observed_coords: np.ndarray
     calibration: np.ndarray
     calibration_coords: np.ndarray
-    candidates: np.ndarray
     candidate_coords: np.ndarray
     candidate_sigma: np.ndarray
+
+    @classmethod
+    def of(cls, observed, observed_coords, calibration, calibration_coords, candidate_chunks, candidate_coords, noise: NoiseModel) -> "MapDistances":
+        """From observed and calibration uploads [N, S, d] and the candidates' (clipped uploads
+        [n, S, d], sigma [n, S, G]) chunk by chunk, in `candidate_coords`' order: a map's candidate
+        uploads (thousands x S x d floats) are never held at once."""
+        d_obs, d_cal, sigma = [], [], []
+        for uploads, sg in candidate_chunks:
+            d_obs.append(group_distances(observed, uploads, noise))
+            d_cal.append(group_distances(calibration, uploads, noise))
+            sigma.append(np.asarray(sg, np.float64))
+        d_obs, d_cal, sigma = np.concatenate(d_obs, axis=3), np.concatenate(d_cal, axis=3), np.concatenate(sigma)
+        if d_obs.shape[3] != len(candidate_coords):
+            raise ValueError(f"{d_obs.shape[3]} candidate uploads for {len(candidate_coords)} candidate positions")
+        return cls(
+            d_obs, np.asarray(observed_coords, np.float64), d_cal, np.asarray(calibration_coords, np.float64), np.asarray(candidate_coords, np.float64), sigma
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -274,23 +291,22 @@ class MatchingResult:
         return min(self.rmse_m, self.map_rmse_m)
 
 
-def match(maps: list[MapTraces], noise: NoiseModel, constant_position: np.ndarray) -> MatchingResult:
-    """The matching attack on every observed map: tempering chosen on the map's calibration
-    samples, then the posterior over its candidates for each observed sample."""
-    errors, map_errors, nearest, temperings, truth_all = [], [], [], [], []
+def match(maps, noise: NoiseModel, constant_position: np.ndarray) -> MatchingResult:
+    """The matching attack on every observed map (`MapDistances`, an iterable): tempering chosen on
+    the map's calibration samples, then the posterior over its candidates for each observed sample."""
+    errors, map_errors, nearest, temperings, truth_all, candidates = [], [], [], [], [], 0
     sizes = noise.sizes
     for m in maps:
         sigma2 = m.candidate_sigma**2
-        cal = group_distances(m.calibration, m.candidates, noise)
-        tau2, _ = choose_tempering(cal, sigma2, sizes, m.candidate_coords, m.calibration_coords)
-        obs = group_distances(m.observed, m.candidates, noise)
-        mean, best = posterior(log_likelihood(obs, sigma2 + tau2, sizes), m.candidate_coords)
+        tau2, _ = choose_tempering(m.calibration, sigma2, sizes, m.candidate_coords, m.calibration_coords)
+        mean, best = posterior(log_likelihood(m.observed, sigma2 + tau2, sizes), m.candidate_coords)
         errors.append(np.sum((mean - m.observed_coords) ** 2, 1))
         map_errors.append(np.sum((best - m.observed_coords) ** 2, 1))
         gap = m.observed_coords[:, None, :] - m.candidate_coords[None]
         nearest.append(np.min(np.sum(gap**2, 2), 1))
         temperings.append(float(tau2))
         truth_all.append(m.observed_coords)
+        candidates += len(m.candidate_coords)
     truth = np.concatenate(truth_all)
     return MatchingResult(
         rmse_m=float(np.sqrt(np.mean(np.concatenate(errors)))),
@@ -299,5 +315,5 @@ def match(maps: list[MapTraces], noise: NoiseModel, constant_position: np.ndarra
         nearest_rmse_m=float(np.sqrt(np.mean(np.concatenate(nearest)))),
         tempering=tuple(temperings),
         observed=len(truth),
-        candidates=int(sum(len(m.candidate_coords) for m in maps)),
+        candidates=candidates,
     )
