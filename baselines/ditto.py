@@ -14,7 +14,7 @@ from tff_radiomap.learning.epfl_remnet import EpflRemnetConfig
 from tff_radiomap.learning.rem_runner import Method
 
 NAME = "ditto"
-LAMBDA = 0.001  # Chosen on validation (bench/RESULTS.md, "EPFL-REMNet under a validation split").
+LAMBDA = 0.001  # Chosen on validation (bench/RESULTS.md, "The validation sweep and the round budget").
 
 
 def ditto(base: EpflRemnetConfig, ditto_lambda: float = LAMBDA) -> Method:

@@ -15,7 +15,7 @@ from tff_radiomap.learning.epfl_remnet import EpflRemnetConfig
 from tff_radiomap.learning.rem_runner import Method
 
 NAME = "fedrep"
-HEAD_EPOCHS = 2  # Chosen on validation (bench/RESULTS.md, "EPFL-REMNet under a validation split").
+HEAD_EPOCHS = 2  # Chosen on validation (bench/RESULTS.md, "The validation sweep and the round budget").
 
 
 def fedrep(base: EpflRemnetConfig, head_epochs: int = HEAD_EPOCHS) -> Method:

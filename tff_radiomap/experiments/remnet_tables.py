@@ -49,7 +49,7 @@ COMM_RATIO_MAX = 0.03  # "over 97% less uplink" than uncompressed personalized F
 RMSE_RATIO_MAX = 1.10  # "negligible accuracy loss", read as at most 10% higher macro RMSE.
 WORST_FRACTION = 0.1
 # Chosen on validation pixels only (heavy scenario, block split, seed 0; `remnet_tuning`,
-# bench/RESULTS.md "EPFL-REMNet under a validation split"): EPFL-REMNet's configuration, each
+# bench/RESULTS.md "The validation sweep and the round budget"): EPFL-REMNet's configuration, each
 # method's client learning rate, and the one round budget of every method.
 TUNED_BASE = EpflRemnetConfig(client_learning_rate=1e-2, k_fraction=0.02, sync_period=1, ema_decay=0.5)
 TUNED_LEARNING_RATES = (("fedavg", 1e-2), ("fedfly", 1e-2), ("pfedgp", 1e-3), ("fedrep", 3e-3), ("ditto", 3e-3), ("pfl_uncompressed", 1e-2))
