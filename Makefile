@@ -10,7 +10,8 @@ STAMP  := $(VENV)/.installed
 TFF    := tensorflow-federated==0.87.0
 PYTEST_ARGS ?=
 # Test processes (pytest-xdist), one file each at a time: most of a file's time is program
-# start-ups and TFF compilation on one core, so two share a 2-core machine well. 0: one process.
+# start-ups and TFF compilation on one core, so two share a 2-core machine well (each gets its
+# share of the thread pools, tests/conftest.py). 0: one process.
 TEST_WORKERS ?= 2
 DEMO_ARGS ?=
 
@@ -33,7 +34,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check --no-cache .
 	$(VENV)/bin/ruff format --check --no-cache .
-	$(PY) -m pytest -q tests -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest -q tests -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(PY) -m bench.synthetic_speed
