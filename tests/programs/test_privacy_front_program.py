@@ -225,8 +225,9 @@ def test_a_front_of_two_rounds_on_tiny_data(tmp_path_factory):
         "--rounds=2",
         "--attack_every=1",
         "--jobs=1",
-        # One observed local step: the attack's traces are traced (the slow part) a third the size.
-        "--set=resolution=32,num_clients=3,clients_per_round=2,batch_size=4,attack_steps=1,attack_train_traces=10,attack_test_traces=4",
+        # One observed local step: the attack's traces are traced (the slow part) a third the size;
+        # the matching attacker on every 4th cell of its map.
+        "--set=resolution=32,num_clients=3,clients_per_round=2,batch_size=4,attack_steps=1,attack_train_traces=10,attack_test_traces=4,matching_stride=4",
     )
     assert r.returncode == 0, r.stderr[-3000:]
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["fedsgd_s0", "uniform_nu0.01_s0"]
