@@ -152,11 +152,12 @@ def run_federated(fn, addresses: list[str], flag: str = "workers"):
         context.__exit__(None, None, None)
 
 
-def privacy_runner(child_runs, child_command, concurrent: bool, overwrite: bool, jobs: int = 1):
+def privacy_runner(child_runs, child_command, concurrent: bool, overwrite: bool, jobs: int = 1, stop_after_round: int | None = None):
     """(children, local runtime, run_fn) for a table or front of privacy runs: with `concurrent`,
     each run is a child process (`child_runs(child_command, jobs)`, a `privacy_table.ChildRuns`,
     stopped on SIGTERM and SIGHUP too) and there is no local runtime; else the runs go one after another in
-    this process on a local TFF runtime, each folder cleared on its first call if `overwrite`."""
+    this process on a local TFF runtime, each folder cleared on its first call if `overwrite`, each
+    run stopped after round `stop_after_round` if given (`privacy_radiomap.run`)."""
     import functools
 
     from tff_radiomap import runtime
@@ -166,7 +167,7 @@ def privacy_runner(child_runs, child_command, concurrent: bool, overwrite: bool,
         children = child_runs(child_command, jobs)
         privacy_table.ChildRuns.exit_on_signals()
         return children, None, children
-    run_fn = privacy_table.overwrite_once(functools.partial(privacy_radiomap.run, progress=True), overwrite)
+    run_fn = privacy_table.overwrite_once(functools.partial(privacy_radiomap.run, progress=True, stop_after_round=stop_after_round), overwrite)
     return None, runtime.install_local_context(), run_fn
 
 

@@ -29,6 +29,9 @@ validation MSE, a line per method across nu).
                       "Noise seeds and epsilon"): not reproducible, a resume is not bit-exact.
   --report_only       write the front from the finished run folders present, naming the missing
                       ones; runs nothing.
+  --stop_after_round=N  stop every run after round N (saved) and write no front; the same command
+                      without it resumes them. With attacks at round 1, --stop_after_round=1 gives
+                      every run's round-1 attack first, then the later rounds can follow.
 
 Every other experiment setting keeps ExperimentConfig's default (the CPU default set-up). A run
 folder holding another configuration is refused (exit 2) unless --overwrite.
@@ -68,6 +71,7 @@ flags.DEFINE_list("set", [], "FIELD=VALUE,... of privacy_radiomap.ExperimentConf
 flags.DEFINE_bool("overwrite", False, "Delete the results already in the run folders and run everything afresh.")
 flags.DEFINE_integer("jobs", 3, "Runs at a time, each in its own process (OUTPUT_DIR/<run>.log), costliest first; 1: one after another in this process.")
 flags.DEFINE_bool("report_only", False, "Write front.{csv,md,png} from the finished runs present (naming the missing ones); run nothing.")
+flags.DEFINE_integer("stop_after_round", 0, "Stop every run after this round (saved, resumable) and write no front; 0: run them to the end.")
 flags.DEFINE_bool("report", True, "Write the front once the runs have finished (--jobs children run with --noreport).")
 
 # ExperimentConfig fields that --set may not hold: the flag (or grid axis) that sets each.
@@ -94,6 +98,7 @@ def validate() -> dict:
     common.require(all(s.isdigit() for s in FLAGS.seeds) and FLAGS.seeds, "seeds", ",".join(FLAGS.seeds), "comma-separated non-negative integers")
     common.require(FLAGS.attack_every >= 1, "attack_every", FLAGS.attack_every, "an integer >= 1")
     common.require(FLAGS.jobs >= 1, "jobs", FLAGS.jobs, "an integer >= 1")
+    common.require(FLAGS.stop_after_round >= 0, "stop_after_round", FLAGS.stop_after_round, "an integer >= 0")
     common.require(FLAGS.report or not FLAGS.report_only, "report", False, "--report with --report_only")
     return common.config_settings(FLAGS.set, OWN_FLAG)
 
@@ -148,7 +153,12 @@ def main(argv):
 
     runs = privacy_front.grid(base, FLAGS.methods, _nus(), _seeds(), FLAGS.output_dir)
     children, local, run_fn = common.privacy_runner(
-        ChildRuns, functools.partial(child_command, data_root=root), FLAGS.jobs > 1 and len(runs) > 1, FLAGS.overwrite, FLAGS.jobs
+        ChildRuns,
+        functools.partial(child_command, data_root=root),
+        FLAGS.jobs > 1 and len(runs) > 1,
+        FLAGS.overwrite,
+        FLAGS.jobs,
+        stop_after_round=FLAGS.stop_after_round or None,
     )
 
     # Finished runs (copied back from bench/, say) are read, not handed to a child.
@@ -156,11 +166,16 @@ def main(argv):
 
     def front():
         privacy_front.run_front(base, FLAGS.methods, _nus(), _seeds(), FLAGS.output_dir, run_fn=run_fn, jobs=FLAGS.jobs if children else 1, skip=skip)
-        return front_report.write_results(FLAGS.output_dir, FLAGS.methods, _nus(), _seeds()) if FLAGS.report else None
+        return front_report.write_results(FLAGS.output_dir, FLAGS.methods, _nus(), _seeds()) if FLAGS.report and not FLAGS.stop_after_round else None
 
     result = common.run_privacy_runs(front, children, local, root, FLAGS.output_dir)
-    if result is None:
-        print(f"finished: {', '.join(os.path.basename(d) for _, d in runs)} in {os.path.abspath(FLAGS.output_dir)}")
+    names = ", ".join(os.path.basename(d) for _, d in runs)
+    if FLAGS.stop_after_round:
+        print(
+            f"stopped after round {FLAGS.stop_after_round} (or finished): {names} in {os.path.abspath(FLAGS.output_dir)}; without --stop_after_round the same command resumes them"
+        )
+    elif result is None:
+        print(f"finished: {names} in {os.path.abspath(FLAGS.output_dir)}")
     else:
         _print(result)
 

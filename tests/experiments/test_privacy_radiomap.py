@@ -36,6 +36,9 @@ def test_interrupted_run_resumes_and_ends_like_an_uninterrupted_one(tff_runtime,
     assert not os.path.exists(os.path.join(interrupted, "summary.json"))
     with open(pa.state_path(interrupted, 1)) as f:
         assert json.load(f)["uploads"] == pa.replay(config, 1).state()
+    # A run already at its stop round stops again without training another (a front's breadth-first pass).
+    assert experiment.run(config, interrupted, progress=False, stop_after_round=1) == {"stopped_after_round": 1}
+    assert [r["round"] for r in _rows(interrupted)] == ["1"]
     resumed = experiment.run(config, interrupted, progress=False)
 
     rows_a, rows_b = _rows(interrupted), _rows(straight)

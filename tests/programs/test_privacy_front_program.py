@@ -36,6 +36,7 @@ CASES = [
     (["--attack_every=0"], "--attack_every=0: expected an integer >= 1"),
     (["--clip_norm=0"], "--clip_norm=0.0: expected a positive number"),
     (["--jobs=0"], "--jobs=0: expected an integer >= 1"),
+    (["--stop_after_round=-1"], "--stop_after_round=-1: expected an integer >= 0"),
     (["--set=bogus=1"], "--set='bogus=1': unknown field 'bogus': expected fields of ExperimentConfig"),
     (["--set=batch_size=4,local_epochs=x"], "--set='batch_size=4,local_epochs=x': local_epochs='x': expected int"),
     (["--set=seed=3"], "--set='seed=3': expected no seed: --seeds sets it"),
@@ -161,6 +162,7 @@ def test_children_get_every_flag_and_each_runs_its_one_run(roots):
         "--set=batch_size=4,attack_train_traces=10",
         "--jobs=2",
         "--fresh_noise",
+        "--stop_after_round=1",
     ]
     result = _run("-c", _CHILDREN, "privacy_front", json.dumps(args))
     assert result["parent"] == 1  # Every recorded child "failed": the front is not written.
@@ -178,6 +180,7 @@ def test_children_get_every_flag_and_each_runs_its_one_run(roots):
             "--noreport",
             f"--output_dir={out}",
             "--fresh_noise",
+            "--stop_after_round=1",
         ):
             assert expected in command, (expected, command)
         assert len(command) - 3 == len(result["flag_names"])  # One argument per flag of the program.
@@ -244,3 +247,19 @@ def test_a_front_of_two_rounds_on_tiny_data(tmp_path_factory):
         eps = summary["privacy"]["max_epsilon"]  # FedSGD: no guarantee (None, an empty cell); Uniform Noise: a number.
         assert (row["max_epsilon"] == "") if row["method"] == "fedsgd" else (float(row["max_epsilon"]) == pytest.approx(eps) and eps > 0)
     assert (out / "front.png").stat().st_size > 10_000 and "| fedsgd | 0 | 1 |" in (out / "front.md").read_text()
+
+
+def test_runs_in_this_process_stop_after_the_round_given(monkeypatch):
+    """--stop_after_round with one job: every run is handed it (a child with --jobs=1 is that case);
+    the run itself stops there (tests/experiments/test_privacy_radiomap.py)."""
+    from programs import common
+    from tff_radiomap import runtime
+    from tff_radiomap.experiments import privacy_radiomap
+
+    calls = []
+    monkeypatch.setattr(runtime, "install_local_context", lambda: "local runtime")
+    monkeypatch.setattr(privacy_radiomap, "run", lambda config, run_dir, **kwargs: calls.append((run_dir, kwargs)) or {"stopped_after_round": 1})
+    children, local, run_fn = common.privacy_runner(None, None, concurrent=False, overwrite=False, stop_after_round=1)
+    assert (children, local) == (None, "local runtime")
+    assert run_fn("config", "run_a") == {"stopped_after_round": 1}
+    assert calls == [("run_a", {"progress": True, "stop_after_round": 1, "overwrite": False})]

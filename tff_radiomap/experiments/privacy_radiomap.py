@@ -126,8 +126,9 @@ def run(
     """Trains `config` into `output_dir`, resuming from its program state; returns the summary.
 
     Federated runs need a TFF execution context (`tff_radiomap.runtime.install_local_context()`).
-    `stop_after_round` ends this call after that round (as an interrupted run would); the summary
-    is then not written and the returned dict holds 'stopped_after_round'. A finished run (its
+    `stop_after_round` ends this call after that round (as an interrupted run would), or at once if
+    the saved state is already past it; the summary is then not written and the returned dict holds
+    'stopped_after_round' (the last saved round). A finished run (its
     summary.json written) is not redone: its summary is returned. A folder holding a run of another
     configuration raises `ConfigMismatchError`, unless `overwrite`: then the run's files
     (`RUN_FILES`, nothing else) are deleted first and it starts afresh. `data_by_reference`: see
@@ -161,6 +162,8 @@ def run(
     loop = asyncio.new_event_loop()
     try:
         program_state, done = _restore(loop, states, trainer)
+        if stop_after_round is not None and stop_after_round <= done < config.rounds:
+            return {"stopped_after_round": done}
         _restore_allocator(output_dir, hooks, done)
         accountant = privacy_accounting.restore(output_dir, config, done, events)
         # Rows of rounds after the saved state (and a row cut short by a kill) go before resuming.
