@@ -9,7 +9,8 @@ the candidates at the centre of every --stride-th outdoor cell, --calibration of
 positions a map; the clean uploads of S = 3 Adam steps, then for each nu numpy Gaussian noise of
 sigma = nu on every coordinate (Uniform Noise at C = 1; the clip is inactive at round 1, norms
 ~0.11) and the matching attacker's posterior-mean and MAP ratios to the constant guess of the
-observed samples, using the first S' = 1, 2, 3 uploads. Prints the trace time per candidate.
+observed samples, using the first S' = 1, 2, 3 uploads. Prints the trace time per candidate, and
+how far apart two candidate cells' uploads are (what the noise must hide: ||c_q - c_q'||^2 / nu^2).
 """
 
 import argparse
@@ -50,6 +51,13 @@ def main():
         f"stride {args.stride}, {args.maps} map(s): {sum(len(c['candidates']) for c in clean)} candidates; {(time.monotonic() - t0) / count * 1e3:.1f} ms a trace"
     )
     rng = np.random.default_rng(0)
+    # What noise must hide: the squared distance between two candidate cells' uploads (all S steps),
+    # over sigma^2 = nu^2 of Uniform Noise, for 40 candidates of the first map.
+    pick = clean[0]["candidates"][rng.choice(len(clean[0]["candidates"]), 40, replace=False)].astype(np.float64)
+    flat = pick.reshape(40, -1)
+    square = np.sum(flat**2, 1)
+    gaps = (square[:, None] + square[None] - 2.0 * flat @ flat.T)[~np.eye(40, dtype=bool)]
+    print(f"upload norms per step {np.linalg.norm(pick, axis=2).mean(0).round(3)}; two cells' uploads apart by ||c_q - c_q'||^2 median {np.median(gaps):.4f}")
     truth = np.concatenate([s["observed"]["coords_m"] for s in observer.maps]).astype(np.float64)
     constant = ma.rmse(np.broadcast_to(np.full(2, 128.0), truth.shape), truth)
     for nu in (float(v) for v in args.nus.split(",")):
