@@ -10,6 +10,10 @@ import tensorflow_federated as tff
 from tests.experiments.run_rows import rows_of as _rows
 from tff_radiomap.experiments import privacy_accounting as pa
 from tff_radiomap.experiments import privacy_radiomap as experiment
+from tff_radiomap.experiments import saved_runs
+from tff_radiomap.metrics import reconstruction
+from tff_radiomap.models import phases
+from tff_radiomap.models.phases import Phase
 
 
 @pytest.fixture(scope="module")
@@ -306,3 +310,24 @@ def test_runs_saved_before_stage2_output_existed_count_as_relu(config, tmp_path)
     assert experiment._check_config(dataclasses.replace(config, stage2_output="relu"), str(tmp_path / "old"))
     with pytest.raises(ValueError, match="stage2_output='tanh': expected one of"):
         dataclasses.replace(config, stage2_output="tanh")
+
+
+def test_a_runs_broadcast_model_is_read_back_by_round(tff_runtime, uniform_straight, cached_trainers, monkeypatch):
+    """`saved_runs.broadcast_state` of the uninterrupted run: round 1's model is the initial one,
+    round 2's the state saved after round 1 (stage 1 trained in round 1), a round past the saved
+    states is refused by name."""
+    monkeypatch.setattr(experiment, "build_trainer", cached_trainers)
+    config, run_dir, _ = uniform_straight
+    first = saved_runs.broadcast_state(run_dir, 1)
+    for got, want in zip(first.weights.stage1, phases.initial_weights(config.model_config(), config.seed).stage1):
+        np.testing.assert_array_equal(got, want)
+    # Round 2's broadcast model is the one round 1 ended with: its validation MSE is round 1's row.
+    second = saved_runs.broadcast_state(run_dir, 2)
+    logged = float(_rows(run_dir)[0]["val_mse"])
+    evaluator = reconstruction.Evaluator(config.model_config(), *experiment.load_data(config).val)
+    assert evaluator.mse(second.weights, Phase.STAGE1) == pytest.approx(logged, rel=1e-6)
+    assert evaluator.mse(first.weights, Phase.STAGE1) != pytest.approx(logged, rel=1e-3)
+    assert second.client_optimizer == config.client_optimizer and second.source.endswith("round 2")
+    # The run kept the states saved after rounds 1-3: the models broadcast in rounds 2-4.
+    with pytest.raises(saved_runs.RoundNotSavedError, match="round 5 needs the program state saved after round 4"):
+        saved_runs.broadcast_state(run_dir, 5)

@@ -1,5 +1,5 @@
 """programs.attack_runs: what it refuses, by name, before it writes anything (a run it rescores is
-tests/experiments/test_rescoring.py's)."""
+tests/experiments/test_privacy_radiomap_subspace.py's)."""
 
 import json
 import os
