@@ -35,7 +35,7 @@ def adaptive_runs(tff_runtime, config, cached_trainers, tmp_path_factory):
         twin_root=twin_root,
         basis_positions=4,
         basis_k_per_map=2,
-        attack_every=1,
+        attack_every=3,  # Rounds 1 and 3: before the stop and after the resume.
         attack_steps=1,
         attack_train_traces=16,
         attack_test_traces=8,
@@ -73,6 +73,8 @@ def test_an_adaptive_run_with_the_attack_is_the_same_run_to_run_and_across_a_res
     assert {"attack_rmse_m", "allocator/proxy_loss", "allocator/weight_leak0", "allocator/weight_residual"} <= set(checked)
     assert [r["basis_refreshed"] for r in rows["first"]] == ["1", "1", "0"]  # Each phase's first round.
     assert [r["round"] for r in rows["resumed"]] == ["1", "2", "3"]
+    for name in ("first", "resumed"):  # Attacked before the stop and after the resume.
+        assert [np.isfinite(float(r["attack_rmse_m"])) for r in rows[name]] == [True, False, True]
     for a, b in zip(rows["first"], rows["resumed"]):
         for key in checked:
             np.testing.assert_allclose(float(b[key]), float(a[key]), rtol=1e-5, err_msg=f"round {a['round']} {key}")
