@@ -21,6 +21,7 @@ import pytest  # noqa: E402
 # collection order: these go first, so that none of them starts while the other process is nearly
 # done. The rest keep their order.
 SLOW_FILES = (
+    "tests/experiments/test_privacy_radiomap_subspace.py",
     "tests/experiments/test_privacy_radiomap_adaptive.py",
     "tests/programs/test_remnet_programs.py",
     "tests/runtime/test_multi_worker.py",
@@ -28,7 +29,6 @@ SLOW_FILES = (
     "tests/programs/test_privacy_front_program.py",
     "tests/experiments/test_privacy_radiomap.py",
     "tests/programs/test_privacy_radiomap.py",
-    "tests/experiments/test_privacy_radiomap_subspace.py",
     "tests/privacy/test_allocator.py",
     "tests/learning/test_fused_adam.py",
     "tests/programs/test_leakage_map.py",
