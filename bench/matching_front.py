@@ -21,7 +21,7 @@ import os
 
 import numpy as np
 
-from tff_radiomap.experiments import privacy_table
+from tff_radiomap.experiments import front_report, privacy_table
 
 RATIOS = (
     ("strongest", ("attack_rmse_m",), "attack_constant_rmse_m"),
@@ -39,9 +39,7 @@ def attack_rows(run_dir: str) -> list[dict]:
             continue
         row = {"round": int(r["round"]), "matching_seconds": r.get("attack_matching_seconds", math.nan)}
         for name, keys, constant in RATIOS:
-            values = [r.get(k, math.nan) for k in keys]
-            values = [v for v in values if math.isfinite(v)]
-            row[name] = (min(values) if values else math.nan) / r.get(constant, math.nan)
+            row[name] = front_report.attack_ratio(r, keys, constant)
         rows.append(row)
     return rows
 

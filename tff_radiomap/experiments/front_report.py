@@ -144,17 +144,20 @@ def front_rows(output_dir: str, methods, noise_multipliers, seeds, skip_missing:
     return rows, missing, notes
 
 
+def attack_ratio(row: dict, rmse_keys, constant_key: str) -> float:
+    """A metrics row's attacker RMSE over its constant guess: the lowest finite of `rmse_keys`
+    (an attacker's views) over `constant_key`; nan where none is finite."""
+    values = [float(row.get(k, "nan")) for k in rmse_keys]
+    values = [v for v in values if np.isfinite(v)]
+    return (min(values) if values else np.nan) / float(row.get(constant_key, "nan"))
+
+
 def _attack_ratios(metrics: list[dict]) -> dict:
     """One run's attacker RMSE over the constant guess: the strongest at round 1 ('first') and
     averaged over the later attacks ('late'), the matching attacker's and the ridge's later mean."""
 
-    def ratio(row, rmse_keys, constant_key):
-        values = [float(row.get(k, "nan")) for k in rmse_keys]
-        values = [v for v in values if np.isfinite(v)]
-        return (min(values) if values else np.nan) / float(row.get(constant_key, "nan"))
-
     def mean(rows, *args):
-        return privacy_table.mean_std([ratio(r, *args) for r in rows])[0]
+        return privacy_table.mean_std([attack_ratio(r, *args) for r in rows])[0]
 
     attacked = [r for r in metrics if np.isfinite(float(r.get("attack_rmse_m", "nan")))]
     first, later = [r for r in attacked if int(r["round"]) == 1], [r for r in attacked if int(r["round"]) > 1]
