@@ -159,3 +159,32 @@ def test_transmitter_sensitive_layers_read_the_raw_input():
 def test_bad_configs_name_the_value(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ru.RadioUNetConfig(**kwargs)
+
+
+def test_stage1_alone_is_the_networks_stage1():
+    """`build_stage1` (a stage-1 phase model) has the layers, weight shapes and order, and the
+    function of `build_radiounet`'s stage 1."""
+    from tff_radiomap.models import phases
+
+    config = ru.RadioUNetConfig(resolution=32, width=0.25)
+    full, alone = ru.build_radiounet(config).stage1, phases.build_phase_model(config, phases.Phase.STAGE1)
+    assert [layer.name for layer in alone.layers] == [layer.name for layer in full.layers]
+    assert [w.shape for w in alone.weights] == [w.shape for w in full.weights]
+    alone.set_weights(full.get_weights())
+    x = np.random.default_rng(0).random((2, 32, 32, ru.INPUT_CHANNELS)).astype(np.float32)
+    np.testing.assert_array_equal(alone(x).numpy(), full(x).numpy())
+
+
+def test_eager_models_work_again_after_models_were_built_in_a_graph():
+    """Building in a graph swaps Keras' classes to their v1 versions; `keras_graph`'s exit swaps
+    every class RadioUNet uses back, so a model built before runs eagerly."""
+    from tff_radiomap.models import phases
+
+    config = ru.RadioUNetConfig(resolution=16, width=0.25)
+    before = ru.build_radiounet(config)
+    with phases.keras_graph():
+        ru.build_radiounet(config)
+    x = np.zeros((1, 16, 16, ru.INPUT_CHANNELS), np.float32)
+    coarse, refined = before.wnet(x)
+    assert refined.shape == (1, 16, 16, 1) and np.all(np.isfinite(coarse.numpy()))
+    before.wnet.predict(x, verbose=0)

@@ -31,9 +31,9 @@ class Phase(enum.IntEnum):
 
 def build_phase_model(config: radiounet.RadioUNetConfig, phase: Phase) -> tf.keras.Model:
     """A fresh Keras model x -> prediction whose trainable weights are those `phase` trains."""
-    net = radiounet.build_radiounet(config)
     if phase == Phase.STAGE1:
-        return net.stage1
+        return radiounet.build_stage1(config)
+    net = radiounet.build_radiounet(config)
     if phase == Phase.STAGE2:
         net.stage1.trainable = False
     x = net.wnet.input
@@ -62,8 +62,18 @@ def keras_graph():
 
 
 def restore_eager_keras() -> None:
-    """Swaps RadioUNet's Keras classes back to their eager (v2) versions; see `keras_graph`."""
-    radiounet.build_radiounet(radiounet.RadioUNetConfig(resolution=8, width=0.1))
+    """Swaps RadioUNet's Keras classes back to their eager (v2) versions; see `keras_graph`.
+
+    Keras swaps a class when one of its instances is made, so one of each class RadioUNet uses
+    (input, Conv2D, MaxPool2D, Conv2DTranspose, Concatenate, a functional model called inside
+    another) suffices: a few layers instead of a whole network."""
+    x = tf.keras.Input((4, 4, 1))
+    h = tf.keras.layers.Conv2D(1, 1)(x)
+    h = tf.keras.layers.MaxPool2D(2)(h)
+    h = tf.keras.layers.Conv2DTranspose(1, 2, strides=2)(h)
+    inner = tf.keras.Model(x, tf.keras.layers.Concatenate()([h, x]))
+    outer_x = tf.keras.Input((4, 4, 1))
+    tf.keras.Model(outer_x, inner(outer_x))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -178,8 +178,7 @@ def _u_net(stage_input, stage: int, config: RadioUNetConfig):
 def build_radiounet(config: RadioUNetConfig = RadioUNetConfig()) -> RadioUNet:
     """Builds both stages for `config`; the weights are initialised by Keras' defaults."""
     r = config.resolution
-    x = tf.keras.Input((r, r, INPUT_CHANNELS), name="x")
-    stage1 = tf.keras.Model(x, _u_net(x, 1, config), name="stage1")
+    stage1 = build_stage1(config)
 
     x2 = tf.keras.Input((r, r, INPUT_CHANNELS), name="x")
     coarse = tf.keras.Input((r, r, 1), name="coarse")
@@ -190,6 +189,13 @@ def build_radiounet(config: RadioUNetConfig = RadioUNetConfig()) -> RadioUNet:
     coarse_w = stage1(xw)
     wnet = tf.keras.Model(xw, [coarse_w, stage2([xw, coarse_w])], name="radiownet")
     return RadioUNet(config, stage1, stage2, wnet)
+
+
+def build_stage1(config: RadioUNetConfig = RadioUNetConfig()) -> tf.keras.Model:
+    """Stage 1 alone (x -> coarse map), as `build_radiounet(config).stage1`: half the layers to
+    build when a stage-1 model is all that is needed."""
+    x = tf.keras.Input((config.resolution, config.resolution, INPUT_CHANNELS), name="x")
+    return tf.keras.Model(x, _u_net(x, 1, config), name="stage1")
 
 
 def parameter_count(model: tf.keras.Model) -> int:
