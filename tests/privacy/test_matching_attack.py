@@ -39,6 +39,20 @@ def test_group_distances_are_the_projectors_squared_norms():
             np.testing.assert_allclose(d[s, g], ref, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("model", ["one group", "coordinate groups", "subspace"])
+def test_distances_of_several_upload_sets_are_each_sets_own(model):
+    # MapDistances takes the observed and the calibration uploads to the candidates in one pass.
+    rng = np.random.default_rng(4)
+    noise = {"one group": _coordinate_model(40, 1), "coordinate groups": _coordinate_model(40, 3), "subspace": _subspace_model(40, (2, 3))}[model]
+    sets = [rng.standard_normal((n, 3, 40)).astype(np.float32) for n in (4, 2)]
+    c = rng.standard_normal((6, 3, 40)).astype(np.float32)
+    together = ma.group_distances_of(sets, c, noise)
+    assert [t.shape for t in together] == [(3, noise.num_groups, 4, 6), (3, noise.num_groups, 2, 6)]
+    for f, d in zip(sets, together):
+        np.testing.assert_allclose(d, ma.group_distances(f, c, noise), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(np.sum(d, axis=1), np.sum((f[:, None].astype(np.float64) - c[None]) ** 2, -1).transpose(2, 0, 1), rtol=1e-6)
+
+
 def test_log_likelihood_is_the_gaussian_density_with_the_defense_covariance():
     # Sigma = sum_g sigma_g^2 P_g, a per-candidate sigma (the update-dependent allocator): the
     # differences of the log density between candidates are those of scipy's.
@@ -142,3 +156,11 @@ def test_clip_uploads_scales_to_the_clip_norm():
     u = np.array([[[3.0, 4.0]], [[0.3, 0.4]]], np.float32)
     np.testing.assert_allclose(ma.clip_uploads(u, 1.0), [[[0.6, 0.8]], [[0.3, 0.4]]], rtol=1e-6)
     assert ma.clip_uploads(u, None) is u
+    # Scaled in float64 and rounded once, as the client's clip; within the clip, the same bits.
+    rng = np.random.default_rng(5)
+    many = rng.standard_normal((5, 3, 1000)).astype(np.float32) * np.array([0.001, 0.1, 1.0], np.float32)[None, :, None]
+    norm = np.linalg.norm(many.astype(np.float64), axis=-1, keepdims=True)
+    reference = (many * (1.0 / np.maximum(norm, 1.0))).astype(np.float32)
+    clipped = ma.clip_uploads(many, 1.0)
+    assert clipped.dtype == np.float32 and np.array_equal(clipped, reference)
+    assert np.array_equal(clipped[:, 0], many[:, 0])

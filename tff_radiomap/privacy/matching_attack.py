@@ -84,33 +84,49 @@ def group_distances(observed: np.ndarray, candidates: np.ndarray, noise: NoiseMo
     """D [S, G, N_o, N_q]: ||P_g (observed[o, s] - candidates[q, s])||^2 for uploads [N, S, d].
 
     float64 throughout: the distances of near-equal uploads are small differences of large norms."""
-    n_o, steps, _ = observed.shape
-    out = np.empty((steps, noise.num_groups, n_o, candidates.shape[0]))
+    return group_distances_of([observed], candidates, noise)[0]
+
+
+def group_distances_of(queries, candidates: np.ndarray, noise: NoiseModel) -> list[np.ndarray]:
+    """`group_distances` of each upload set [N_i, S, d] in `queries` to the same candidates: each
+    step of the candidates is converted to float64, split into groups, projected and its squared
+    norms taken once for all the sets (the candidates are thousands of rows, the sets tens)."""
+    steps, num_groups = candidates.shape[1], noise.num_groups
+    outs = [np.empty((steps, num_groups, len(q), candidates.shape[0])) for q in queries]
+    masks = None if noise.basis is not None or num_groups == 1 else [noise.group_of_coordinate == g for g in range(num_groups)]
     for s in range(steps):
-        f, c = observed[:, s].astype(np.float64), candidates[:, s].astype(np.float64)
+        c = candidates[:, s].astype(np.float64)
+        fs = [q[:, s].astype(np.float64) for q in queries]
         if noise.basis is None:
-            for g in range(noise.num_groups):
-                mask = noise.group_of_coordinate == g
-                fg, cg = f[:, mask], c[:, mask]
-                out[s, g] = _squared_distances(fg, cg)
+            for g in range(num_groups):
+                cg = c if masks is None else c[:, masks[g]]
+                c_norms = np.sum(cg**2, 1)
+                for f, out in zip(fs, outs):
+                    out[s, g] = _squared_distances(f if masks is None else f[:, masks[g]], cg, c_norms)
             continue
-        total = _squared_distances(f, c)
-        pf = (observed[:, s] @ noise.basis).astype(np.float64)  # Projections in float32 (N x d x K), then float64.
-        pc = (candidates[:, s] @ noise.basis).astype(np.float64)
-        inside = np.zeros_like(total)
-        for j in range(noise.num_groups - 1):
-            cols = noise.block_of_column == j
-            out[s, j] = _squared_distances(pf[:, cols], pc[:, cols])
-            inside += out[s, j]
-        out[s, -1] = np.maximum(total - inside, 0.0)
-    return out
+        c_norms = np.sum(c**2, 1)
+        pc = (candidates[:, s] @ noise.basis).astype(np.float64)  # Projections in float32 (N x d x K), then float64.
+        blocks = [noise.block_of_column == j for j in range(num_groups - 1)]
+        pc_blocks = [(pc[:, cols], np.sum(pc[:, cols] ** 2, 1)) for cols in blocks]
+        for q, f, out in zip(queries, fs, outs):
+            total = _squared_distances(f, c, c_norms)
+            pf = (q[:, s] @ noise.basis).astype(np.float64)
+            inside = np.zeros_like(total)
+            for j, (cols, (pcj, pcj_norms)) in enumerate(zip(blocks, pc_blocks)):
+                out[s, j] = _squared_distances(pf[:, cols], pcj, pcj_norms)
+                inside += out[s, j]
+            out[s, -1] = np.maximum(total - inside, 0.0)
+    return outs
 
 
-def _squared_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """[N_a, N_b] ||a_i - b_j||^2 (rounding below zero cut at 0)."""
+def _squared_distances(a: np.ndarray, b: np.ndarray, b_norms: np.ndarray | None = None) -> np.ndarray:
+    """[N_a, N_b] ||a_i - b_j||^2 (rounding below zero cut at 0); `b_norms`: b's squared row norms
+    if computed already."""
     if a.shape[1] == 0:
         return np.zeros((len(a), len(b)))
-    d2 = np.sum(a**2, 1)[:, None] + np.sum(b**2, 1)[None] - 2.0 * a @ b.T
+    if b_norms is None:
+        b_norms = np.sum(b**2, 1)
+    d2 = np.sum(a**2, 1)[:, None] + b_norms[None] - 2.0 * a @ b.T
     return np.maximum(d2, 0.0)
 
 
@@ -231,11 +247,19 @@ class UploadTraces:
 
 
 def clip_uploads(uploads: np.ndarray, clip_norm: float | None) -> np.ndarray:
-    """Each upload [.., d] scaled to L2 norm at most `clip_norm` (Eq. (17)); None: as it is."""
+    """Each upload [.., d] scaled to L2 norm at most `clip_norm` (Eq. (17)); None: as it is.
+
+    Norms and scaling in float64 one upload at a time (a chunk of candidates in float64 would be
+    hundreds of MB); an upload within the clip is copied unchanged."""
     if clip_norm is None:
         return uploads
-    norm = np.linalg.norm(uploads.astype(np.float64), axis=-1, keepdims=True)
-    return (uploads * (clip_norm / np.maximum(norm, clip_norm))).astype(np.float32)
+    rows = uploads.reshape(-1, uploads.shape[-1])
+    out = np.array(rows, np.float32)
+    for i, row in enumerate(rows):
+        norm = np.sqrt(np.sum(np.square(row, dtype=np.float64)))
+        if norm > clip_norm:
+            out[i] = row.astype(np.float64) * (clip_norm / norm)
+    return out.reshape(uploads.shape)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,8 +283,9 @@ class MapDistances:
         uploads (thousands x S x d floats) are never held at once."""
         d_obs, d_cal, sigma = [], [], []
         for uploads, sg in candidate_chunks:
-            d_obs.append(group_distances(observed, uploads, noise))
-            d_cal.append(group_distances(calibration, uploads, noise))
+            to_observed, to_calibration = group_distances_of([observed, calibration], uploads, noise)
+            d_obs.append(to_observed)
+            d_cal.append(to_calibration)
             sigma.append(np.asarray(sg, np.float64))
         d_obs, d_cal, sigma = np.concatenate(d_obs, axis=3), np.concatenate(d_cal, axis=3), np.concatenate(sigma)
         if d_obs.shape[3] != len(candidate_coords):
