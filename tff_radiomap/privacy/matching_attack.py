@@ -94,6 +94,7 @@ def group_distances_of(queries, candidates: np.ndarray, noise: NoiseModel) -> li
     steps, num_groups = candidates.shape[1], noise.num_groups
     outs = [np.empty((steps, num_groups, len(q), candidates.shape[0])) for q in queries]
     masks = None if noise.basis is not None or num_groups == 1 else [noise.group_of_coordinate == g for g in range(num_groups)]
+    blocks = [] if noise.basis is None else [noise.block_of_column == j for j in range(num_groups - 1)]
     for s in range(steps):
         c = candidates[:, s].astype(np.float64)
         fs = [q[:, s].astype(np.float64) for q in queries]
@@ -106,7 +107,6 @@ def group_distances_of(queries, candidates: np.ndarray, noise: NoiseModel) -> li
             continue
         c_norms = np.sum(c**2, 1)
         pc = (candidates[:, s] @ noise.basis).astype(np.float64)  # Projections in float32 (N x d x K), then float64.
-        blocks = [noise.block_of_column == j for j in range(num_groups - 1)]
         pc_blocks = [(pc[:, cols], np.sum(pc[:, cols] ** 2, 1)) for cols in blocks]
         for q, f, out in zip(queries, fs, outs):
             total = _squared_distances(f, c, c_norms)
