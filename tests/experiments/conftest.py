@@ -1,6 +1,7 @@
 """Fixtures of the privacy experiment's tests, split over several files so that pytest-xdist
 (--dist loadfile) spreads their TFF runs over its processes."""
 
+import dataclasses
 import functools
 
 import pytest
@@ -33,19 +34,51 @@ def config(data_root):
     )
 
 
-@pytest.fixture(scope="module")
+# Fields that only the run's observers and loop read (the attacks, the basis refresher, the
+# allocator's training): two configurations that differ only in them build the same trainer.
+OBSERVER_FIELDS = (
+    "attack_every",
+    "attack_steps",
+    "attack_train_traces",
+    "attack_test_traces",
+    "attack_extra_root",
+    "matching_maps",
+    "matching_stride",
+    "matching_calibration",
+    "matching_coarse",
+    "basis_positions",
+    "basis_every",
+    "twin_root",
+    "allocator_lambda_p",
+    "allocator_lambda_h",
+    "allocator_every",
+    "map_size_m",
+)
+
+
+def trainer_key(config, data_by_reference, basis_dir):
+    """What `build_trainer` reads of its arguments: `config` less `OBSERVER_FIELDS`, and less `rounds`
+    where only the adaptive defense's noise schedule and the NaN hook read it; the basis folder
+    where the defense reads its file inside the computation."""
+    ignored = set(OBSERVER_FIELDS) | ({"rounds"} if config.defense != "adaptive" and not config.inject_nan_client else set())
+    values = tuple(None if f.name in ignored else getattr(config, f.name) for f in dataclasses.fields(config))
+    return values, data_by_reference, basis_dir if privacy_defenses.uses_basis(config) else None
+
+
+_TRAINERS = {}
+
+
+@pytest.fixture(scope="session")
 def cached_trainers():
-    """build_trainer memoised per config: the trainers are pure functions of it, of data_by_reference
-    and, for a defense that reads the twin's basis (its file's path is part of the computation), of
-    basis_dir; building the TFF processes is the slow part of a run."""
-    cache = {}
+    """build_trainer memoised per `trainer_key` for the whole test process: the trainers are pure
+    functions of it; building the TFF processes is the slow part of a run."""
     build = experiment.build_trainer
 
     def cached(config, data, data_by_reference=True, basis_dir=None):
-        key = (config, data_by_reference, basis_dir if privacy_defenses.uses_basis(config) else None)
-        if key not in cache:
-            cache[key] = build(config, data, data_by_reference=data_by_reference, basis_dir=basis_dir)
-        return cache[key]
+        key = trainer_key(config, data_by_reference, basis_dir)
+        if key not in _TRAINERS:
+            _TRAINERS[key] = build(config, data, data_by_reference=data_by_reference, basis_dir=basis_dir)
+        return _TRAINERS[key]
 
     return cached
 

@@ -15,11 +15,11 @@ import tensorflow as tf
 
 from tff_radiomap.aggregators import AdaptiveGroupNoiseFactory, client_perturbation, subspace_noise
 from tff_radiomap.data import radiomapseer, twin
-from tff_radiomap.experiments import privacy_matching
+from tff_radiomap.experiments import privacy_matching, shared_models
 from tff_radiomap.learning import local_training, radiounet_process
 from tff_radiomap.models import phases
 from tff_radiomap.models.phases import Phase
-from tff_radiomap.privacy import allocator, attack, groups, leakage_basis, matching_attack
+from tff_radiomap.privacy import allocator, attack, groups, leakage_basis
 
 # Per attacked round: the strongest attacker (what tables report: `privacy_matching.strongest`), the
 # ridge's constant guess, its plain and defense-aware views, and the matching attacker's figures.
@@ -82,7 +82,7 @@ class BasisRefresher:
         a = data.arrays(np.arange(len(data.map_ids)))
         keep = a["tx"] < config.basis_positions
         self.x, self.y, self.map_of = a["x"][keep], a["y"][keep], a["map_id"][keep]
-        self._models, self._collectors, self._loaded = {}, {}, set()
+        self._loaded = set()
 
     def due(self, round_num: int) -> bool:
         return due_in_phase(self.config, round_num, self.config.basis_every)
@@ -120,12 +120,10 @@ class BasisRefresher:
 
     def compute(self, phase: Phase, weights) -> np.ndarray:
         """V [d, K] for the phase's model holding `weights`."""
-        if phase not in self._models:
-            self._models[phase] = phases.build_phase_model(self.config.model_config(), phase)
-            optimizer = radiounet_process.build_optimizer(self.config.client_optimizer, self.config.client_learning_rate)
-            self._collectors[phase] = leakage_basis.UploadCollector(self._models[phase], optimizer, local_training.local_updates)
-        phases.set_phase_weights(self._models[phase], weights, phase)
-        uploads = self._collectors[phase].collect(self.x, self.y)
+        cfg = self.config
+        collector = shared_models.upload_collector(cfg.model_config(), phase, cfg.client_optimizer, cfg.client_learning_rate)
+        phases.set_phase_weights(collector.model, weights, phase)
+        uploads = collector.collect(self.x, self.y)
         if not np.all(np.isfinite(uploads)):
             raise FloatingPointError("the twin's uploads are not finite: the global model diverged")
         basis, _ = leakage_basis.leakage_basis(uploads, self.map_of, self.config.basis_k_per_map)
@@ -161,21 +159,18 @@ class PrivacyHooks:
     allocator_trainer: dict = dataclasses.field(default_factory=dict)
     extra_pool: dict | None = None  # x, y, coords_m the observer simulated itself: training traces only.
     matching: privacy_matching.MatchingObserver | None = None  # The twin-matching attacker (None: ridge only).
-    _models: dict = dataclasses.field(default_factory=dict)  # Phase -> phases.build_phase_model(...)
-    _collectors: dict = dataclasses.field(default_factory=dict)  # Phase -> attack.TraceCollector
-    _traces: dict = dataclasses.field(default_factory=dict)  # Phase -> matching_attack.UploadTraces
+    _collectors: dict = dataclasses.field(default_factory=dict)  # Phase -> attack.TraceCollector (the run's defense inside)
 
     def attack_due(self, round_num: int) -> bool:
         every = self.config.attack_every
         return every > 0 and (round_num == 1 or round_num % every == 0 or round_num == self.config.rounds)
 
     def _model(self, phase: Phase, weights: phases.NetworkWeights) -> tf.keras.Model:
-        """The phase's uploaded model holding `weights`: built once a phase, so that the traced
-        trace and allocator functions are reused round after round."""
-        if phase not in self._models:
-            self._models[phase] = phases.build_phase_model(self.config.model_config(), phase)
-        phases.set_phase_weights(self._models[phase], weights, phase)
-        return self._models[phase]
+        """The phase's uploaded model holding `weights`: the process's (`shared_models`), so that the
+        traced trace and allocator functions are reused round after round and run after run."""
+        model = shared_models.phase_model(self.config.model_config(), phase)
+        phases.set_phase_weights(model, weights, phase)
+        return model
 
     def _client_optimizer(self):
         return radiounet_process.build_optimizer(self.config.client_optimizer, self.config.client_learning_rate)
@@ -217,12 +212,9 @@ class PrivacyHooks:
         )
         matched = None
         if self.matching is not None:
-            if phase not in self._traces:
-                self._traces[phase] = matching_attack.UploadTraces(
-                    model, self._client_optimizer(), cfg.attack_steps, local_updates=local_training.local_updates
-                )
+            traces = shared_models.upload_traces(cfg.model_config(), phase, cfg.client_optimizer, cfg.client_learning_rate, cfg.attack_steps)
             t0 = time.monotonic()
-            matched = self.matching.attack(self._traces[phase], factory, extras, cfg.seed + round_num, self.attacker_pool["coords_m"].mean(0))
+            matched = self.matching.attack(traces, factory, extras, cfg.seed + round_num, self.attacker_pool["coords_m"].mean(0))
             matching_seconds = time.monotonic() - t0
             if not np.isfinite(matched.rmse_m):
                 raise FloatingPointError("the matching attacker's estimate is not finite: the global model's local steps diverged")

@@ -1,0 +1,57 @@
+"""The observers' phase models and traced upload functions, shared by the runs of one process.
+
+A run's observers (the attacks, the basis refresher, the allocator) each need the phase's model and
+functions traced over the clients' local steps on it. Building the Keras model costs about a second
+and tracing a function several (2026-12-05, the 2026-12-05 machine: 13 s of model builds and 18 s of
+the matching attacker's tracing in the three tiny runs of the Subspace tests), every run anew. A
+process that runs several runs one after another (`privacy_front --jobs=1`, `attack_runs` over
+several folders, the tests) shares them here instead:
+
+- a model is a pure container of weights: every user sets the global weights it needs right before
+  using it (`phases.set_phase_weights`), and the runs of one process never overlap;
+- the shared functions close over the model, the client optimizer and the number of steps only
+  (`matching_attack.UploadTraces`, `leakage_basis.UploadCollector`), never over a run's defense.
+
+The ridge's `attack.TraceCollector` closes over the run's defense factory and stays the run's own.
+"""
+
+from __future__ import annotations
+
+from tff_radiomap.learning import local_training, radiounet_process
+from tff_radiomap.models import phases
+from tff_radiomap.models.phases import Phase
+from tff_radiomap.models.radiounet import RadioUNetConfig
+from tff_radiomap.privacy import leakage_basis, matching_attack
+
+_MODELS: dict = {}
+_UPLOAD_TRACES: dict = {}
+_UPLOAD_COLLECTORS: dict = {}
+
+
+def phase_model(model_config: RadioUNetConfig, phase: Phase):
+    """The process's model of `phase`'s uploaded layers (weights: whatever its last user set)."""
+    key = (model_config, Phase(phase))
+    if key not in _MODELS:
+        _MODELS[key] = phases.build_phase_model(model_config, Phase(phase))
+    return _MODELS[key]
+
+
+def upload_traces(model_config: RadioUNetConfig, phase: Phase, optimizer: str, learning_rate: float, steps: int) -> matching_attack.UploadTraces:
+    """The matching attacker's `UploadTraces` on `phase_model`, the client optimizer `optimizer` at
+    `learning_rate` and `steps` local steps."""
+    key = (model_config, Phase(phase), optimizer, float(learning_rate), int(steps))
+    if key not in _UPLOAD_TRACES:
+        _UPLOAD_TRACES[key] = matching_attack.UploadTraces(
+            phase_model(model_config, phase), radiounet_process.build_optimizer(optimizer, learning_rate), steps, local_updates=local_training.local_updates
+        )
+    return _UPLOAD_TRACES[key]
+
+
+def upload_collector(model_config: RadioUNetConfig, phase: Phase, optimizer: str, learning_rate: float) -> leakage_basis.UploadCollector:
+    """The basis refresher's `UploadCollector` (one local step) on `phase_model`."""
+    key = (model_config, Phase(phase), optimizer, float(learning_rate))
+    if key not in _UPLOAD_COLLECTORS:
+        _UPLOAD_COLLECTORS[key] = leakage_basis.UploadCollector(
+            phase_model(model_config, phase), radiounet_process.build_optimizer(optimizer, learning_rate), local_training.local_updates
+        )
+    return _UPLOAD_COLLECTORS[key]
