@@ -27,6 +27,7 @@ flags.DEFINE_list("runs", None, "Run folders of privacy_radiomap (comma list; pa
 flags.DEFINE_integer("matching_maps", None, "Maps the matching attacker observes (0: the ridge alone); default: the run's own setting, else today's default.")
 flags.DEFINE_integer("matching_stride", None, "The matching attacker's grid stride in cells (1: every outdoor cell); default as --matching_maps.")
 flags.DEFINE_integer("matching_calibration", None, "Calibration positions a map of the matching attacker; default as --matching_maps.")
+flags.DEFINE_integer("matching_coarse", None, "The matching attacker's coarse-to-fine step (1: every cell at once); default as --matching_maps.")
 
 
 def run_folders(patterns: list[str]) -> list[str]:
@@ -52,7 +53,7 @@ def run_folders(patterns: list[str]) -> list[str]:
 def main(argv):
     common.reject_extra_args(argv)
     common.require(bool(FLAGS.runs), "runs", FLAGS.runs, "one or more run folders")
-    matching = {k: FLAGS[k].value for k in ("matching_maps", "matching_stride", "matching_calibration") if FLAGS[k].value is not None}
+    matching = {k: FLAGS[k].value for k in ("matching_maps", "matching_stride", "matching_calibration", "matching_coarse") if FLAGS[k].value is not None}
     for name, value in matching.items():
         common.require(
             value >= (0 if name == "matching_maps" else 1), name, value, "a non-negative integer" if name == "matching_maps" else "a positive integer"

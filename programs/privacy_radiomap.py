@@ -62,6 +62,11 @@ flags.DEFINE_integer(
     "matching_stride", _DEFAULTS.matching_stride, "The matching attacker's candidate grid: every n-th outdoor cell of the model's grid (1: every cell)."
 )
 flags.DEFINE_integer("matching_calibration", _DEFAULTS.matching_calibration, "Twin positions a map on which the matching attacker chooses its tempering.")
+flags.DEFINE_integer(
+    "matching_coarse",
+    _DEFAULTS.matching_coarse,
+    "The matching attacker's coarse-to-fine search: every n-th grid cell first, then every cell near the likely ones (1: every cell at once).",
+)
 flags.DEFINE_string(
     "attack_extra_root", None, "RadioMapSeer-layout folder of samples the observer simulated itself (its digital twin): more training traces for the attack."
 )
@@ -158,6 +163,7 @@ def _config() -> experiment.ExperimentConfig:
         matching_maps=FLAGS.matching_maps,
         matching_stride=FLAGS.matching_stride,
         matching_calibration=FLAGS.matching_calibration,
+        matching_coarse=FLAGS.matching_coarse,
         inject_nan_client=FLAGS.inject_nan_client,
         adaptive_partition=FLAGS.adaptive_partition,
         subspace_share=FLAGS.subspace_share,

@@ -58,10 +58,13 @@ class ExperimentConfig:
     attack_extra_root: str = ""  # The observer's own simulated samples (RadioMapSeer layout), training traces only.
     # The twin-matching attacker (experiments/privacy_matching.py), scored beside the ridge at every
     # attack round: the maps it observes (0: the ridge alone), its candidates' grid stride in cells
-    # of the model's resolution (1: every outdoor cell) and its calibration positions a map.
+    # of the model's resolution (1: every outdoor cell), its calibration positions a map, and its
+    # coarse-to-fine search (k: every k-th grid cell first, then the cells near the likely ones;
+    # 1: every cell at once, the default: coarse to fine is cheaper and weaker, bench/RESULTS.md).
     matching_maps: int = 1
     matching_stride: int = 1
     matching_calibration: int = 8
+    matching_coarse: int = 1
     # Subspace Noise (privacy_defenses.BasisRefresher): share of B in the twin's leakage basis,
     # from `basis_positions` twin positions a map and its top `basis_k_per_map` directions. The
     # share 0.25 was chosen on seed 10 by the rule in bench/RESULTS.md ("Subspace Noise's
@@ -123,6 +126,7 @@ class ExperimentConfig:
             (self.matching_maps >= 0, "matching_maps", "an integer >= 0"),
             (1 <= self.matching_stride <= self.resolution, "matching_stride", f"an integer in 1..resolution={self.resolution}"),
             (self.matching_calibration >= 2, "matching_calibration", "an integer >= 2"),
+            (self.matching_coarse >= 1, "matching_coarse", "an integer >= 1"),
             (self.client_placement in radiounet_process.CLIENT_PLACEMENTS, "client_placement", f"one of {radiounet_process.CLIENT_PLACEMENTS}"),
             (not self.centralised or self.client_placement == "tff", "client_placement", "'tff' with centralised (no clients)"),
         ]

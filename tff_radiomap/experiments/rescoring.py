@@ -24,7 +24,7 @@ from tff_radiomap.experiments import attack_rounds, privacy_defenses, privacy_se
 from tff_radiomap.experiments.defense_registry import phase_factories
 from tff_radiomap.runtime import run_folder
 
-MATCHING_FIELDS = ("matching_maps", "matching_stride", "matching_calibration")
+MATCHING_FIELDS = ("matching_maps", "matching_stride", "matching_calibration", "matching_coarse")
 
 
 class NotRescorableError(FileNotFoundError):

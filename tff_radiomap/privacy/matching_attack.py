@@ -140,12 +140,18 @@ def log_likelihood(distances: np.ndarray, variances: np.ndarray, sizes: np.ndarr
     return -0.5 * (quadratic + log_det[None])
 
 
-def posterior(log_lik: np.ndarray, coords: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(posterior mean [N_o, 2], MAP [N_o, 2]) over candidates at `coords` [N_q, 2], uniform prior."""
-    shifted = log_lik - log_lik.max(axis=1, keepdims=True)
-    w = np.exp(shifted)
-    w /= w.sum(axis=1, keepdims=True)
-    return w @ coords, coords[np.argmax(log_lik, axis=1)]
+def posterior_weights(log_lik: np.ndarray, log_prior: np.ndarray | None = None) -> np.ndarray:
+    """[N_o, N_q] posterior probabilities of the candidates; `log_prior` [N_q] (None: uniform)."""
+    if log_prior is not None:
+        log_lik = log_lik + log_prior[None]
+    w = np.exp(log_lik - log_lik.max(axis=1, keepdims=True))
+    return w / w.sum(axis=1, keepdims=True)
+
+
+def posterior(log_lik: np.ndarray, coords: np.ndarray, log_prior: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(posterior mean [N_o, 2], MAP [N_o, 2]) over candidates at `coords` [N_q, 2]; the MAP is the
+    candidate of highest likelihood, the prior (`posterior_weights`) weighs only the mean."""
+    return posterior_weights(log_lik, log_prior) @ coords, coords[np.argmax(log_lik, axis=1)]
 
 
 def tempering_grid(distances: np.ndarray, sizes: np.ndarray, sigma2: np.ndarray) -> list[float]:
@@ -160,12 +166,14 @@ def tempering_grid(distances: np.ndarray, sizes: np.ndarray, sigma2: np.ndarray)
     return ([0.0] if np.all(sigma2[..., present] > 0) else []) + grid
 
 
-def choose_tempering(distances: np.ndarray, sigma2: np.ndarray, sizes: np.ndarray, coords: np.ndarray, truth: np.ndarray) -> tuple[float, float]:
+def choose_tempering(
+    distances: np.ndarray, sigma2: np.ndarray, sizes: np.ndarray, coords: np.ndarray, truth: np.ndarray, log_prior: np.ndarray | None = None
+) -> tuple[float, float]:
     """(tau^2, its posterior-mean RMSE) of the calibration samples with known positions `truth`
     [N_c, 2]: the tau^2 of `tempering_grid` whose posterior mean errs least (the first on ties)."""
     best = None
     for tau2 in tempering_grid(distances, sizes, sigma2):
-        mean, _ = posterior(log_likelihood(distances, sigma2 + tau2, sizes), coords)
+        mean, _ = posterior(log_likelihood(distances, sigma2 + tau2, sizes), coords, log_prior)
         err = rmse(mean, truth)
         if best is None or err < best[1]:
             best = (tau2, err)
@@ -267,7 +275,8 @@ class MapDistances:
     """One observed map, reduced to what the likelihood needs: the per-group squared distances
     (`group_distances`) of the observed uploads [S, G, N_o, N_q] and of the calibration uploads
     [S, G, N_c, N_q] (both privatized) to the candidates' clipped clean uploads, the candidates'
-    sigma [N_q, S, G], and the positions of all three."""
+    sigma [N_q, S, G], the positions of all three, and the candidates' log prior weights [N_q]
+    (None: uniform; a candidate standing for several grid cells weighs their count, `cell_counts`)."""
 
     observed: np.ndarray
     observed_coords: np.ndarray
@@ -275,6 +284,7 @@ class MapDistances:
     calibration_coords: np.ndarray
     candidate_coords: np.ndarray
     candidate_sigma: np.ndarray
+    candidate_log_prior: np.ndarray | None = None
 
     @classmethod
     def of(cls, observed, observed_coords, calibration, calibration_coords, candidate_chunks, candidate_coords, noise: NoiseModel) -> "MapDistances":
@@ -293,6 +303,23 @@ class MapDistances:
         return cls(
             d_obs, np.asarray(observed_coords, np.float64), d_cal, np.asarray(calibration_coords, np.float64), np.asarray(candidate_coords, np.float64), sigma
         )
+
+    def joined(self, other: "MapDistances", log_prior: np.ndarray | None = None) -> "MapDistances":
+        """These candidates followed by `other`'s (the same observed and calibration uploads), with
+        the prior `log_prior` over all of them."""
+        return dataclasses.replace(
+            self,
+            observed=np.concatenate([self.observed, other.observed], axis=3),
+            calibration=np.concatenate([self.calibration, other.calibration], axis=3),
+            candidate_coords=np.concatenate([self.candidate_coords, other.candidate_coords]),
+            candidate_sigma=np.concatenate([self.candidate_sigma, other.candidate_sigma]),
+            candidate_log_prior=log_prior,
+        )
+
+    def tempering(self, sizes: np.ndarray) -> float:
+        """tau^2 chosen on the calibration samples (`choose_tempering`)."""
+        sigma2 = self.candidate_sigma**2
+        return choose_tempering(self.calibration, sigma2, sizes, self.candidate_coords, self.calibration_coords, self.candidate_log_prior)[0]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -322,9 +349,8 @@ def match(maps, noise: NoiseModel, constant_position: np.ndarray) -> MatchingRes
     errors, map_errors, nearest, temperings, truth_all, candidates = [], [], [], [], [], 0
     sizes = noise.sizes
     for m in maps:
-        sigma2 = m.candidate_sigma**2
-        tau2, _ = choose_tempering(m.calibration, sigma2, sizes, m.candidate_coords, m.calibration_coords)
-        mean, best = posterior(log_likelihood(m.observed, sigma2 + tau2, sizes), m.candidate_coords)
+        tau2 = m.tempering(sizes)
+        mean, best = posterior(log_likelihood(m.observed, m.candidate_sigma**2 + tau2, sizes), m.candidate_coords, m.candidate_log_prior)
         errors.append(np.sum((mean - m.observed_coords) ** 2, 1))
         map_errors.append(np.sum((best - m.observed_coords) ** 2, 1))
         gap = m.observed_coords[:, None, :] - m.candidate_coords[None]
