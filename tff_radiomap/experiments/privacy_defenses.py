@@ -248,6 +248,9 @@ class PrivacyHooks:
                 factory,
                 allocator.AllocatorConfig(lambda_p=cfg.allocator_lambda_p, lambda_h=cfg.allocator_lambda_h, seed=cfg.seed, map_size_m=cfg.map_size_m),
                 local_updates=local_training.local_updates,
+                collector_for=lambda model, optimizer: shared_models.upload_collector(
+                    cfg.model_config(), phase, cfg.client_optimizer, cfg.client_learning_rate
+                ),
             )
         return self.allocator_trainer[phase]
 

@@ -48,7 +48,8 @@ def upload_traces(model_config: RadioUNetConfig, phase: Phase, optimizer: str, l
 
 
 def upload_collector(model_config: RadioUNetConfig, phase: Phase, optimizer: str, learning_rate: float) -> leakage_basis.UploadCollector:
-    """The basis refresher's `UploadCollector` (one local step) on `phase_model`."""
+    """The `UploadCollector` of first uploads on `phase_model` (the basis refresher's and the
+    adaptive allocator's)."""
     key = (model_config, Phase(phase), optimizer, float(learning_rate))
     if key not in _UPLOAD_COLLECTORS:
         _UPLOAD_COLLECTORS[key] = leakage_basis.UploadCollector(

@@ -89,11 +89,15 @@ def allocator_step(eta: dict, optimizer, loss_fn):
 class AllocatorTrainer:
     """Updates eta once per round against the closed-form proxy (module docstring)."""
 
-    def __init__(self, factory, config: AllocatorConfig = AllocatorConfig(), *, local_updates):
+    def __init__(self, factory, config: AllocatorConfig = AllocatorConfig(), *, local_updates, collector_for=None):
         """`local_updates(model, optimizer, x, y, steps)`: the clients' local steps
-        (`learning.local_training.local_updates`), which simulate the observer's traces."""
+        (`learning.local_training.local_updates`), which simulate the observer's traces;
+        `collector_for(model, optimizer)`: the `leakage_basis.UploadCollector` of first uploads on
+        `model` (default: a new one, traced for this trainer; a caller that keeps one per model
+        passes it here)."""
         self.factory = factory
         self.local_updates = local_updates
+        self.collector_for = collector_for or (lambda model, optimizer: leakage_basis.UploadCollector(model, optimizer, local_updates))
         self.groups = factory.groups
         self.config = config
         self.sizes = np.asarray(self.groups.sizes)
@@ -119,7 +123,9 @@ class AllocatorTrainer:
     def _uploads(self, model, optimizer, x, y) -> np.ndarray:
         """Clipped signed first uploads [N, d] of `model` on the samples."""
         if self._collector_model is not model:  # Traced once per model (the run keeps one a phase).
-            self._collector, self._collector_model = leakage_basis.UploadCollector(model, optimizer, self.local_updates), model
+            self._collector, self._collector_model = self.collector_for(model, optimizer), model
+            if self._collector.model is not model:
+                raise ValueError("collector_for gave a collector of another model")
         u = self._collector.collect(x, y)
         norm = np.linalg.norm(u.astype(np.float64), axis=1, keepdims=True)
         return (u * (self.factory.clip_norm / np.maximum(norm, self.factory.clip_norm))).astype(np.float32)
