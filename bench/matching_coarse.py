@@ -50,7 +50,7 @@ def main():
         noise = ma.NoiseModel.of(None, traces.shapes)
         rng = np.random.default_rng(r)
         for nu in (float(v) for v in args.nus.split(",")):
-            noised = {k: clean[k] + rng.normal(0.0, nu, clean[k].shape).astype(np.float32) for k in ("observed", "calibration")}
+            noised = {k: clean[k] + rng.normal(0.0, nu, clean[k].shape).astype(np.float32) if nu else clean[k] for k in ("observed", "calibration")}
             every = ma.MapDistances.of(
                 noised["observed"],
                 sets["observed"]["coords_m"],
