@@ -117,6 +117,7 @@ def test_a_finished_run_is_recognised_from_its_config_and_summary_alone(config, 
         (dict(defense="nope"), "defense='nope': expected one of"),
         (dict(centralised=True, defense="fedsgd"), "defense='fedsgd': expected 'none' with centralised"),
         (dict(resolution=36), "resolution=36"),
+        (dict(matching_coarse=0), "matching_coarse=0: expected an integer >= 1"),
     ],
 )
 def test_bad_configs_name_the_field(config, change, message):
