@@ -53,6 +53,7 @@ CASES = {
         (["--local_epochs=0"], "--local_epochs=0: expected an integer >= 1"),
         (["--attack_every=-1"], "--attack_every=-1: expected an integer >= 0"),
         (["--attack_train_traces=5"], "--attack_train_traces=5: expected an integer >= 10"),
+        (["--matching_coarse=0"], "--matching_coarse=0: expected an integer >= 1"),
         (["--client_learning_rate=0"], "--client_learning_rate=0.0: expected a positive number"),
         (["--server_learning_rate=-1"], "--server_learning_rate=-1.0: expected a positive number"),
         (["--seed=-1"], "--seed=-1: expected an integer >= 0"),
