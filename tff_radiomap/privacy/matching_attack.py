@@ -276,7 +276,8 @@ class MapDistances:
     (`group_distances`) of the observed uploads [S, G, N_o, N_q] and of the calibration uploads
     [S, G, N_c, N_q] (both privatized) to the candidates' clipped clean uploads, the candidates'
     sigma [N_q, S, G], the positions of all three, and the candidates' log prior weights [N_q]
-    (None: uniform; a candidate standing for several grid cells weighs their count, `cell_counts`)."""
+    (None: uniform; a candidate standing for several grid cells weighs their count,
+    `matching_search.cell_counts`)."""
 
     observed: np.ndarray
     observed_coords: np.ndarray
