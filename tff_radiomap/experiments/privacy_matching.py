@@ -28,14 +28,6 @@ from tff_radiomap.privacy import matching_attack, matching_search
 MATCHING_METRICS = ("attack_matching_rmse_m", "attack_matching_map_rmse_m", "attack_matching_constant_rmse_m", "attack_matching_seconds")
 
 
-# Coarse to fine (`matching_coarse` k > 1): for each observed and calibration sample, its
-# REFINE_PER_QUERY most probable coarse candidates (until they hold REFINE_MASS of its posterior)
-# have the cells within k - 1 of them traced too (`matching_search`). With k = 2, these trace 59-71%
-# of the cells and come nearest to every cell's figures of the settings tried (bench/RESULTS.md).
-REFINE_MASS = 1.0
-REFINE_PER_QUERY = 8
-
-
 class MatchingObserver:
     """The observed maps of one run, their candidates and calibration samples (made once)."""
 
@@ -103,9 +95,7 @@ class MatchingObserver:
                     noise,
                 )
 
-            found, _ = matching_search.coarse_to_fine(
-                distances, sets["cells"], cand["coords_m"], self.config.matching_coarse, noise.sizes, REFINE_MASS, REFINE_PER_QUERY
-            )
+            found, _ = matching_search.coarse_to_fine(distances, sets["cells"], cand["coords_m"], self.config.matching_coarse, noise.sizes)
             yield found
 
     def attack(self, traces: matching_attack.UploadTraces, defense, extras, round_seed: int, constant_position) -> matching_attack.MatchingResult:

@@ -23,36 +23,37 @@ from tff_radiomap.models.phases import Phase
 from tff_radiomap.models.radiounet import RadioUNetConfig
 from tff_radiomap.privacy import leakage_basis, matching_attack
 
-_MODELS: dict = {}
-_UPLOAD_TRACES: dict = {}
-_UPLOAD_COLLECTORS: dict = {}
+_SHARED: dict = {}  # (kind, key...) -> the object built once.
+
+
+def _once(key: tuple, build):
+    if key not in _SHARED:
+        _SHARED[key] = build()
+    return _SHARED[key]
 
 
 def phase_model(model_config: RadioUNetConfig, phase: Phase):
     """The process's model of `phase`'s uploaded layers (weights: whatever its last user set)."""
-    key = (model_config, Phase(phase))
-    if key not in _MODELS:
-        _MODELS[key] = phases.build_phase_model(model_config, Phase(phase))
-    return _MODELS[key]
+    return _once(("model", model_config, Phase(phase)), lambda: phases.build_phase_model(model_config, Phase(phase)))
 
 
 def upload_traces(model_config: RadioUNetConfig, phase: Phase, optimizer: str, learning_rate: float, steps: int) -> matching_attack.UploadTraces:
     """The matching attacker's `UploadTraces` on `phase_model`, the client optimizer `optimizer` at
     `learning_rate` and `steps` local steps."""
-    key = (model_config, Phase(phase), optimizer, float(learning_rate), int(steps))
-    if key not in _UPLOAD_TRACES:
-        _UPLOAD_TRACES[key] = matching_attack.UploadTraces(
+    return _once(
+        ("traces", model_config, Phase(phase), optimizer, float(learning_rate), int(steps)),
+        lambda: matching_attack.UploadTraces(
             phase_model(model_config, phase), radiounet_process.build_optimizer(optimizer, learning_rate), steps, local_updates=local_training.local_updates
-        )
-    return _UPLOAD_TRACES[key]
+        ),
+    )
 
 
 def upload_collector(model_config: RadioUNetConfig, phase: Phase, optimizer: str, learning_rate: float) -> leakage_basis.UploadCollector:
     """The `UploadCollector` of first uploads on `phase_model` (the basis refresher's and the
     adaptive allocator's)."""
-    key = (model_config, Phase(phase), optimizer, float(learning_rate))
-    if key not in _UPLOAD_COLLECTORS:
-        _UPLOAD_COLLECTORS[key] = leakage_basis.UploadCollector(
+    return _once(
+        ("collector", model_config, Phase(phase), optimizer, float(learning_rate)),
+        lambda: leakage_basis.UploadCollector(
             phase_model(model_config, phase), radiounet_process.build_optimizer(optimizer, learning_rate), local_training.local_updates
-        )
-    return _UPLOAD_COLLECTORS[key]
+        ),
+    )

@@ -96,7 +96,6 @@ class AllocatorTrainer:
         `model` (default: a new one, traced for this trainer; a caller that keeps one per model
         passes it here)."""
         self.factory = factory
-        self.local_updates = local_updates
         self.collector_for = collector_for or (lambda model, optimizer: leakage_basis.UploadCollector(model, optimizer, local_updates))
         self.groups = factory.groups
         self.config = config

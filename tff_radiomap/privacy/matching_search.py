@@ -25,6 +25,13 @@ import numpy as np
 
 from tff_radiomap.privacy.matching_attack import MapDistances, log_likelihood, posterior_weights
 
+# The refinement's defaults: for each observed and calibration sample, its REFINE_PER_QUERY most
+# probable coarse candidates (until they hold REFINE_MASS of its posterior). With step 2 these trace
+# 59-71% of the cells and came nearest to every cell's figures of the settings tried
+# (bench/matching_coarse.py, bench/RESULTS.md "Coarse to fine").
+REFINE_MASS = 1.0
+REFINE_PER_QUERY = 8
+
 
 def likely_candidates(m: MapDistances, sizes: np.ndarray, mass: float, per_query: int) -> np.ndarray:
     """Sorted indices of the candidates that hold an observed or calibration sample's posterior (at
@@ -63,8 +70,8 @@ def coarse_to_fine(
     coords: np.ndarray,
     step: int,
     sizes: np.ndarray,
-    mass: float = 1.0,
-    per_query: int = 8,
+    mass: float = REFINE_MASS,
+    per_query: int = REFINE_PER_QUERY,
 ) -> tuple[MapDistances, np.ndarray]:
     """(`MapDistances` over the traced candidates, their indices into the grid) of one map's grid of
     cells `cells` [N, 2] (integer grid steps) at positions `coords` [N, 2]; `distances_of(index)`
