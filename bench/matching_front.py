@@ -1,7 +1,7 @@
 r"""The attack figures of a front's runs, finished or not: per run and per (method, nu).
 
   python -m bench.matching_front runs/front_matching
-  python -m bench.matching_front runs/front_matching --out=bench/privacy_front_matching/attacks.md
+  python -m bench.matching_front runs/front_matching --out=bench/privacy_front/attacks.md
 
 `programs.privacy_front`'s own report (front.csv) reads finished runs only; this reads every run
 folder's metrics.csv as far as it goes (a front stopped with --stop_after_round, or cut short), so

@@ -1,6 +1,6 @@
 r"""Score finished privacy runs' attacks again with the current attackers, without training them again.
 
-  python -m programs.attack_runs --runs='bench/privacy_front/*'
+  python -m programs.attack_runs --runs='runs/front/*'
   python -m programs.attack_runs --runs=runs/privacy_radiomap/uniform_nu0.01_s0 --matching_maps=2
 
 Every run folder of --runs (comma list; shell patterns are expanded here) must hold the models its
@@ -23,7 +23,7 @@ from absl import app, flags  # noqa: E402
 from programs import common  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list("runs", None, "Run folders of privacy_radiomap (comma list; patterns such as 'bench/privacy_front/*' are expanded).")
+flags.DEFINE_list("runs", None, "Run folders of privacy_radiomap (comma list; patterns such as 'runs/front/*' are expanded).")
 flags.DEFINE_integer("matching_maps", None, "Maps the matching attacker observes (0: the ridge alone); default: the run's own setting, else today's default.")
 flags.DEFINE_integer("matching_stride", None, "The matching attacker's grid stride in cells (1: every outdoor cell); default as --matching_maps.")
 flags.DEFINE_integer("matching_calibration", None, "Calibration positions a map of the matching attacker; default as --matching_maps.")
