@@ -88,7 +88,10 @@ def test_restart_replaces_a_killed_worker():
 
 _CHILD = textwrap.dedent(
     """
-    import sys, time
+    import signal, sys, time
+    # A shell's background job (`make test &`, nohup) starts with SIGINT ignored, and this child
+    # would inherit that: Python's own SIGINT handler back, so SIGINT is what is tested.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     import numpy as np
     import tensorflow_federated as tff
     from tff_radiomap.runtime import workers
@@ -115,9 +118,8 @@ def test_worker_never_outlives_the_program(mode, signum):
         stderr=subprocess.DEVNULL,
         text=True,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
-        # A shell's background job (`make test &`, nohup) starts with SIGINT ignored, and the child
-        # would inherit that: give it the default disposition, so SIGINT is what is tested.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        # No preexec_fn: it makes Popen fork this process, whose gRPC threads (from TFF runtimes of
+        # earlier tests) can crash it at the fork (a segfault, 2026-12-05); the child resets SIGINT.
     )
     pid = int(child.stdout.readline())
     if mode == "wait":  # The other modes may already have exited (and stopped the worker).
