@@ -259,3 +259,23 @@ def test_a_stage_that_ends_at_a_constant_validation_mse_is_noted_as_dead(tmp_pat
     assert "- none_s1: stage 2's validation MSE stays at -12.39 dB over its last 10 rounds (a dead model)" in table
     assert "none_s0: stage" not in table
     assert front_report.dead_stage([]) is None and front_report.dead_stage(pf.privacy_table.read_metrics(os.path.join(root, "none_s0"))) is None
+
+
+def test_the_close_up_holds_every_point_near_no_defense_and_leaves_out_a_destroyed_model():
+    def row(method, db, ratio, ratio_std=np.nan, db_std=np.nan):
+        return {"method": method, "best_val_mse_db_mean": db, "best_val_mse_db_std": db_std, "r_mean": ratio, "r_std": ratio_std}
+
+    rows = [
+        row("none", -16.0, 0.10, 0.05),
+        row("uniform", -16.5, 0.08, db_std=0.5),  # its bar reaches -17 dB
+        row("uniform", -14.0, 0.20, 0.10),  # within 3 dB: sets the top with its bar
+        row("subspace", 5.0, 0.99),  # a destroyed model: outside the close-up
+        row("clip", np.nan, np.nan),  # no figures: ignored
+    ]
+    (left, right), (bottom, top) = front_report.zoom_window(rows, "r")
+    assert right == pytest.approx(-13.0) and left == pytest.approx(-17.0 - 0.15)
+    assert bottom == 0.0 and top == pytest.approx(1.1 * 0.30)
+    # Without a No Defense row the close-up starts from the best point.
+    (left, right), _ = front_report.zoom_window(rows[1:], "r")
+    assert right == pytest.approx(-13.5)
+    assert front_report.zoom_window([row("clip", np.nan, np.nan)], "r") is None

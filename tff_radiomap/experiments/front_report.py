@@ -315,6 +315,24 @@ def _markdown(rows, seeds, missing, notes, moves=()) -> str:
     return "\n".join(lines) + "\n"
 
 
+ZOOM_DB = 3.0  # the lower panels: points within this much validation MSE of No Defense's
+
+
+def zoom_window(rows, key: str, width_db: float = ZOOM_DB) -> tuple[tuple[float, float], tuple[float, float]] | None:
+    """(x, y) limits of the front's close-up: best validation MSE within `width_db` of No Defense's
+    (of the best point's where no No Defense row is), attacker ratio from 0 to the highest mean plus
+    its std in that range. None where no point has both figures."""
+    points = [(r["best_val_mse_db_mean"], r[f"{key}_mean"], np.nan_to_num(r[f"{key}_std"]), np.nan_to_num(r["best_val_mse_db_std"])) for r in rows]
+    points = [p for p in points if np.isfinite(p[0]) and np.isfinite(p[1])]
+    if not points:
+        return None
+    anchor = [r["best_val_mse_db_mean"] for r in rows if r["method"] == "none" and np.isfinite(r["best_val_mse_db_mean"])]
+    right = (anchor[0] if anchor else min(x for x, *_ in points)) + width_db
+    left = min(x - x_std for x, _, _, x_std in points)
+    top = max(y + y_std for x, y, y_std, _ in points if x <= right)
+    return (left - 0.05 * width_db, right), (0.0, min(1.05, 1.1 * top) if top > 0 else 1.05)
+
+
 def _figure(path: str, rows) -> None:
     import matplotlib
 
@@ -322,26 +340,36 @@ def _figure(path: str, rows) -> None:
     import matplotlib.pyplot as plt
 
     # Left: the strongest attacker (what the front is judged by); right: the matching attacker alone.
+    # Top: every point; bottom: the close-up near No Defense, where most points crowd.
     panels = (("late_attack_ratio", "strongest attacker, rounds after 1"), ("late_matching_ratio", "twin-matching attacker alone"))
-    fig, axes = plt.subplots(1, 2, figsize=(12, 5), sharey=True)
-    for ax, (key, title) in zip(axes, panels):
-        for method in dict.fromkeys(r["method"] for r in rows):
-            points = sorted((r for r in rows if r["method"] == method), key=lambda r: r["noise_multiplier"])
-            x, y = [p["best_val_mse_db_mean"] for p in points], [p[f"{key}_mean"] for p in points]
-            bar = lambda k: [np.nan_to_num(p[k]) for p in points]  # noqa: E731  (one seed: no bar)
-            bars = dict(xerr=bar("best_val_mse_db_std"), yerr=bar(f"{key}_std"), capsize=3)
-            if method == "none":
-                ax.errorbar(x, y, **bars, color="k", marker="*", markersize=14, linestyle="none", zorder=3, label=LABELS["none"])
+    fig, axes = plt.subplots(2, 2, figsize=(12, 10))
+    for col, (key, title) in enumerate(panels):
+        window = zoom_window(rows, key)
+        for row, ax in enumerate(axes[:, col]):
+            zoomed = row == 1
+            for method in dict.fromkeys(r["method"] for r in rows):
+                points = sorted((r for r in rows if r["method"] == method), key=lambda r: r["noise_multiplier"])
+                x, y = [p["best_val_mse_db_mean"] for p in points], [p[f"{key}_mean"] for p in points]
+                bar = lambda k: [np.nan_to_num(p[k]) for p in points]  # noqa: E731  (one seed: no bar)
+                bars = dict(xerr=bar("best_val_mse_db_std"), yerr=bar(f"{key}_std"), capsize=3)
+                if method == "none":
+                    ax.errorbar(x, y, **bars, color="k", marker="*", markersize=14, linestyle="none", zorder=3, label=LABELS["none"])
+                else:
+                    ax.errorbar(x, y, **bars, marker="o", label=LABELS.get(method, method))
+                for p, px, py in zip(points, x, y):
+                    if method not in NOISE_FREE and np.isfinite(py):
+                        ax.annotate(rf"$\nu$={p['noise_multiplier']:g}", (px, py), textcoords="offset points", xytext=(4, 4), fontsize=7)
+            ax.axhline(1.0, color="k", linestyle="--", label="constant guess")
+            if zoomed and window is not None:
+                ax.set(xlim=window[0], ylim=window[1])
+                ax.set_title(f"{title}: within {ZOOM_DB:g} dB of No Defense", fontsize=10)
             else:
-                ax.errorbar(x, y, **bars, marker="o", label=LABELS.get(method, method))
-            for p, px, py in zip(points, x, y):
-                if method not in NOISE_FREE and np.isfinite(py):
-                    ax.annotate(rf"$\nu$={p['noise_multiplier']:g}", (px, py), textcoords="offset points", xytext=(4, 4), fontsize=7)
-        ax.axhline(1.0, color="k", linestyle="--", label="constant guess")
-        ax.set(xlabel="best validation MSE (dB)", title=title)
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel("attacker RMSE / constant guess")
-    axes[0].legend(fontsize=8)
+                ax.set_title(title)
+            ax.set(xlabel="best validation MSE (dB)")
+            ax.grid(alpha=0.3)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("attacker RMSE / constant guess")
+    axes[0, 0].legend(fontsize=8)
     fig.suptitle("Privacy-utility front")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
