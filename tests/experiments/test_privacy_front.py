@@ -279,3 +279,6 @@ def test_the_close_up_holds_every_point_near_no_defense_and_leaves_out_a_destroy
     (left, right), _ = front_report.zoom_window(rows[1:], "r")
     assert right == pytest.approx(-13.5)
     assert front_report.zoom_window([row("clip", np.nan, np.nan)], "r") is None
+    # No Defense without an attack figure and every scored point far from it: the full height.
+    (left, right), heights = front_report.zoom_window([row("none", -16.0, np.nan), row("uniform", 0.0, 0.5)], "r")
+    assert heights == (0.0, 1.05) and left < -16.0 < right == pytest.approx(-13.0)

@@ -328,8 +328,8 @@ def zoom_window(rows, key: str, width_db: float = ZOOM_DB) -> tuple[tuple[float,
         return None
     anchor = [r["best_val_mse_db_mean"] for r in rows if r["method"] == "none" and np.isfinite(r["best_val_mse_db_mean"])]
     right = (anchor[0] if anchor else min(x for x, *_ in points)) + width_db
-    left = min(x - x_std for x, _, _, x_std in points)
-    top = max(y + y_std for x, y, y_std, _ in points if x <= right)
+    left = min([x - x_std for x, _, _, x_std in points] + [right - width_db])
+    top = max((y + y_std for x, y, y_std, _ in points if x <= right), default=0.0)
     return (left - 0.05 * width_db, right), (0.0, min(1.05, 1.1 * top) if top > 0 else 1.05)
 
 
