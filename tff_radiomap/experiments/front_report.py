@@ -333,6 +333,25 @@ def zoom_window(rows, key: str, width_db: float = ZOOM_DB) -> tuple[tuple[float,
     return (left - 0.05 * width_db, right), (0.0, min(1.05, 1.1 * top) if top > 0 else 1.05)
 
 
+def _draw_front(ax, rows, key: str) -> None:
+    """One panel: a line per method across nu, attacker ratio `key` against best validation MSE."""
+    for method in dict.fromkeys(r["method"] for r in rows):
+        points = sorted((r for r in rows if r["method"] == method), key=lambda r: r["noise_multiplier"])
+        x, y = [p["best_val_mse_db_mean"] for p in points], [p[f"{key}_mean"] for p in points]
+        bar = lambda k: [np.nan_to_num(p[k]) for p in points]  # noqa: E731  (one seed: no bar)
+        bars = dict(xerr=bar("best_val_mse_db_std"), yerr=bar(f"{key}_std"), capsize=3)
+        if method == "none":
+            ax.errorbar(x, y, **bars, color="k", marker="*", markersize=14, linestyle="none", zorder=3, label=LABELS["none"])
+        else:
+            ax.errorbar(x, y, **bars, marker="o", label=LABELS.get(method, method))
+        for p, px, py in zip(points, x, y):
+            if method not in NOISE_FREE and np.isfinite(py):
+                ax.annotate(rf"$\nu$={p['noise_multiplier']:g}", (px, py), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    ax.axhline(1.0, color="k", linestyle="--", label="constant guess")
+    ax.set(xlabel="best validation MSE (dB)")
+    ax.grid(alpha=0.3)
+
+
 def _figure(path: str, rows) -> None:
     import matplotlib
 
@@ -343,30 +362,16 @@ def _figure(path: str, rows) -> None:
     # Top: every point; bottom: the close-up near No Defense, where most points crowd.
     panels = (("late_attack_ratio", "strongest attacker, rounds after 1"), ("late_matching_ratio", "twin-matching attacker alone"))
     fig, axes = plt.subplots(2, 2, figsize=(12, 10))
-    for col, (key, title) in enumerate(panels):
+    for (full, close), (key, title) in zip(axes.T, panels):
+        _draw_front(full, rows, key)
+        full.set_title(title)
+        _draw_front(close, rows, key)
         window = zoom_window(rows, key)
-        for row, ax in enumerate(axes[:, col]):
-            zoomed = row == 1
-            for method in dict.fromkeys(r["method"] for r in rows):
-                points = sorted((r for r in rows if r["method"] == method), key=lambda r: r["noise_multiplier"])
-                x, y = [p["best_val_mse_db_mean"] for p in points], [p[f"{key}_mean"] for p in points]
-                bar = lambda k: [np.nan_to_num(p[k]) for p in points]  # noqa: E731  (one seed: no bar)
-                bars = dict(xerr=bar("best_val_mse_db_std"), yerr=bar(f"{key}_std"), capsize=3)
-                if method == "none":
-                    ax.errorbar(x, y, **bars, color="k", marker="*", markersize=14, linestyle="none", zorder=3, label=LABELS["none"])
-                else:
-                    ax.errorbar(x, y, **bars, marker="o", label=LABELS.get(method, method))
-                for p, px, py in zip(points, x, y):
-                    if method not in NOISE_FREE and np.isfinite(py):
-                        ax.annotate(rf"$\nu$={p['noise_multiplier']:g}", (px, py), textcoords="offset points", xytext=(4, 4), fontsize=7)
-            ax.axhline(1.0, color="k", linestyle="--", label="constant guess")
-            if zoomed and window is not None:
-                ax.set(xlim=window[0], ylim=window[1])
-                ax.set_title(f"{title}: within {ZOOM_DB:g} dB of No Defense", fontsize=10)
-            else:
-                ax.set_title(title)
-            ax.set(xlabel="best validation MSE (dB)")
-            ax.grid(alpha=0.3)
+        if window is None:
+            close.set_title(title)
+        else:
+            close.set(xlim=window[0], ylim=window[1])
+            close.set_title(f"{title}: within {ZOOM_DB:g} dB of No Defense", fontsize=10)
     for ax in axes[:, 0]:
         ax.set_ylabel("attacker RMSE / constant guess")
     axes[0, 0].legend(fontsize=8)
