@@ -22,7 +22,7 @@ console.quiet_tensorflow_start()  # Before anything imports TensorFlow.
 from absl import app, flags, logging  # noqa: E402
 
 from programs import common  # noqa: E402
-from tff_radiomap.experiments import privacy_figures  # noqa: E402
+from tff_radiomap.experiments import privacy_defenses, privacy_figures  # noqa: E402
 from tff_radiomap.experiments import privacy_radiomap as experiment  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -79,6 +79,18 @@ flags.DEFINE_enum(
 flags.DEFINE_float(
     "subspace_share", _DEFAULTS.subspace_share, "Subspace Noise: share of the budget B in the twin's leakage subspace (the rest uniform on its complement)."
 )
+flags.DEFINE_enum(
+    "basis_scope",
+    _DEFAULTS.basis_scope,
+    list(experiment.BASIS_SCOPES),
+    "Subspace Noise: whose leakage basis a client noises in: 'federation' (every map's directions, one basis for all clients) or 'client' "
+    "(its own maps' top directions; the front's row 'subspace_client').",
+)
+flags.DEFINE_float(
+    "aligned_tradeoff",
+    _DEFAULTS.aligned_tradeoff,
+    "Aligned Noise: weight of the utility cost against the observer's discriminability, each relative to Uniform Noise's (0: noise by leak alone).",
+)
 flags.DEFINE_integer("basis_positions", _DEFAULTS.basis_positions, "Subspace Noise: twin transmitter positions per map the leakage basis is estimated from.")
 flags.DEFINE_integer("basis_k_per_map", _DEFAULTS.basis_k_per_map, "Subspace Noise: leakage directions kept per map (the basis has maps x this many).")
 flags.DEFINE_integer("basis_blocks", _DEFAULTS.basis_blocks, "Subspace Noise: blocks the basis is split into (groups of the leakage partition).")
@@ -118,10 +130,10 @@ def validate(config: experiment.ExperimentConfig) -> None:
     common.require(not (FLAGS.workers and FLAGS.centralised), "workers", FLAGS.workers, "'' with --centralised (no TFF)")
     common.worker_addresses(FLAGS.workers)
     common.require(
-        FLAGS.defense != "subspace" or runtime_all_on_this_host(FLAGS.workers),
+        not privacy_defenses.uses_basis(config) or runtime_all_on_this_host(FLAGS.workers),
         "workers",
         FLAGS.workers,
-        "workers on this machine with --defense=subspace (the clients read the basis from this machine's run folder)",
+        f"workers on this machine with --defense={config.defense} (the clients read their bases from this machine's run folder)",
     )
 
 
@@ -171,6 +183,8 @@ def _config() -> experiment.ExperimentConfig:
         basis_k_per_map=FLAGS.basis_k_per_map,
         basis_blocks=FLAGS.basis_blocks,
         basis_every=FLAGS.basis_every,
+        basis_scope=FLAGS.basis_scope,
+        aligned_tradeoff=FLAGS.aligned_tradeoff,
         client_placement=FLAGS.client_placement,
     )
     try:

@@ -23,19 +23,24 @@ def test_every_registered_defense_answers_dp_event(config, tmp_path):
     expected = {"uniform": 0.5 / 1.0, "adaptive_floor": 0.2 / 1.0}
     for name in sorted(experiment.DEFENSES) + ["adaptive_floor"]:
         cfg = dataclasses.replace(
-            config, resolution=16, width=0.125, defense=name.split("_")[0], noise_multiplier=0.5, sigma_min=0.2 if name == "adaptive_floor" else 0.0
+            config,
+            resolution=16,
+            width=0.125,
+            defense="adaptive" if name == "adaptive_floor" else name,
+            noise_multiplier=0.5,
+            sigma_min=0.2 if name == "adaptive_floor" else 0.0,
         )
         for phase, factory in experiment.phase_factories(cfg, str(tmp_path)).items():
             event = None if factory is None else factory.dp_event()
             assert event is None or isinstance(event, dp_accounting.DpEvent), (name, phase, event)
             if name in expected:
                 assert event == dp_accounting.GaussianDpEvent(pytest.approx(expected[name])), (name, phase)
-            elif name == "subspace":  # Full-rank fixed noise: the least-noised direction's mechanism.
+            elif name in ("subspace", "subspace_client"):  # Full-rank fixed noise: the least-noised direction's mechanism.
                 g = factory.groups
                 k, d, budget = g.rank, g.num_coordinates, g.num_coordinates * (cfg.clip_norm * 0.5) ** 2
                 least = min(np.sqrt(cfg.subspace_share * budget / k), np.sqrt((1 - cfg.subspace_share) * budget / (d - k)))
                 assert event == dp_accounting.GaussianDpEvent(pytest.approx(least / cfg.clip_norm, rel=1e-6)), (phase, event)
-            else:  # No Defense, FedSGD, Clip Only, Directed, Adaptive without a floor.
+            else:  # No Defense, FedSGD, Clip Only, Directed, Adaptive without a floor; Aligned before its first allocation.
                 assert event is None, (name, phase, event)
 
 

@@ -68,3 +68,22 @@ def test_a_map_without_variation_is_completed_to_the_full_rank():
     assert np.all(variance[-2:] < 1e-3 * variance[0])  # Only the live maps' small residual variation.
     again, _ = leakage_basis.leakage_basis(u, map_of, k_per_map=2)
     np.testing.assert_array_equal(again, basis)  # The completion is fixed-seed.
+
+
+def test_owner_basis_takes_each_maps_share_and_splits_the_variance():
+    rng = np.random.default_rng(3)
+    u, map_of, spans = _uploads(rng, maps=2)
+    basis, variance, residual = leakage_basis.owner_basis(u, map_of, rank=4)  # 2 directions from each of 2 maps.
+    np.testing.assert_allclose(basis.T @ basis, np.eye(4), atol=1e-5)
+    for span in spans:
+        inside = basis.astype(np.float64) @ (basis.T.astype(np.float64) @ span)
+        assert np.linalg.norm(inside - span) < 0.05 * np.linalg.norm(span)
+    centred = np.concatenate([u[map_of == m] - u[map_of == m].mean(0) for m in (0, 1)]).astype(np.float64)
+    np.testing.assert_allclose(variance, np.sum((centred @ basis) ** 2, 0) / len(centred), rtol=1e-4)
+    total = np.sum(centred**2) / len(centred)
+    assert residual == pytest.approx((total - variance.sum()) / (200 - 4), rel=1e-4)
+    # One map, one direction of its own: completed to the rank by directions orthogonal to it.
+    one = map_of == 0
+    basis, variance, _ = leakage_basis.owner_basis(u[one], map_of[one], rank=4, per_map=1)
+    np.testing.assert_allclose(basis.T @ basis, np.eye(4), atol=1e-5)
+    assert variance[0] > 100 * variance[1:].max()  # The map's strongest direction, then ones that carry none of its leak.

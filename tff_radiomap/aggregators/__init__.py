@@ -9,3 +9,5 @@ from tff_radiomap.aggregators.directed_noise import DirectedNoiseFactory
 from tff_radiomap.aggregators.uniform_noise import UniformNoiseFactory, central_gaussian_factory
 from tff_radiomap.aggregators import subspace_noise
 from tff_radiomap.aggregators.subspace_noise import SubspaceNoiseFactory
+from tff_radiomap.aggregators.client_subspace_noise import ClientSubspaceNoiseFactory
+from tff_radiomap.aggregators.aligned_noise import AlignedNoiseFactory

@@ -43,7 +43,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_radiomap import seeds as seeds_lib
-from tff_radiomap.aggregators import weighting
+from tff_radiomap.aggregators import keyed, weighting
 from tff_radiomap.privacy import budget as budget_lib
 from tff_radiomap.privacy.groups import ParameterGroups
 
@@ -88,7 +88,13 @@ class PerturbationState:
 
 
 class ClientPerturbationFactory(tff.aggregators.UnweightedAggregationFactory, tff.aggregators.WeightedAggregationFactory):
-    """Base: clip at `clip_norm`, add per-group noise on the client, aggregate with `inner_factory`."""
+    """Base: clip at `clip_norm`, add per-group noise on the client, aggregate with `inner_factory`.
+
+    A subclass with `keyed = True` takes keyed values (`aggregators.keyed`): its `_perturb` then
+    finds the uploading client's key in `extras["client"]`.
+    """
+
+    keyed = False
 
     def __init__(
         self,
@@ -246,8 +252,10 @@ class ClientPerturbationFactory(tff.aggregators.UnweightedAggregationFactory, tf
         return tensor_types, groups
 
     def create(self, value_type, weight_type=None) -> tff.templates.AggregationProcess:
-        tensor_types, groups = self._groups_for(value_type)
-        inner_process = weighting.inner_process(self, self.inner_factory, value_type, weight_type)
+        # A keyed factory takes <update, client> (`aggregators.keyed`) and aggregates the update.
+        update_type = keyed.update_type(value_type) if self.keyed else value_type
+        tensor_types, groups = self._groups_for(update_type)
+        inner_process = weighting.inner_process(self, self.inner_factory, update_type, weight_type)
         budget = np.float32(self.budget(groups))
         sizes = groups.sizes.astype(np.float32)
         extras0 = self._initial_extras(groups)
@@ -263,6 +271,9 @@ class ClientPerturbationFactory(tff.aggregators.UnweightedAggregationFactory, tf
 
         @tff.tensorflow.computation(value_type, extras_type)
         def client_perturb(value, extras):
+            if defense.keyed:  # The key reaches the defense with the broadcast extras.
+                extras = collections.OrderedDict(extras, **{keyed.CLIENT: value[keyed.CLIENT]})
+                value = value[keyed.UPDATE]
             flat = tf.nest.flatten(value)
             ids = [tf.constant(a) for a in groups.ids]
             clipped, norm = defense._clip(flat)

@@ -101,8 +101,9 @@ class SubspaceNoiseFactory(ClientPerturbationFactory):
     def _client_sigmas(self, extras, clipped_flat, group_ids, groups):
         return tf.constant(subspace_sigmas(groups, self.budget(groups), self.share))
 
-    def _basis(self):
-        """V: the variable on the eager path (`privatize`), else the file or the embedded constant."""
+    def _basis(self, extras=None):
+        """V: the variable on the eager path (`privatize`), else the file or the embedded constant
+        (`extras`: the client's, for a subclass whose basis differs by client)."""
         if self._privatizing:
             return self._eager_basis()
         if self.basis_path is not None:
@@ -111,6 +112,11 @@ class SubspaceNoiseFactory(ClientPerturbationFactory):
 
     def _eager_basis(self):
         return self._basis_var if self._basis_var is not None else read_basis(self.basis_path)
+
+    def _eager_sigmas(self):
+        """The sigmas of the eager batched path (a subclass whose sigmas change between calls of
+        one traced function returns a variable)."""
+        return tf.constant(self.sigmas())
 
     def privatize(self, flat, extras=None, seed=None):
         self._privatizing = True  # Outside TFF (the attack traces it in its own tf.function).
@@ -130,7 +136,7 @@ class SubspaceNoiseFactory(ClientPerturbationFactory):
         does one by one: row n with seed pair `seeds[n]` gets the noise `privatize(..., seed=seeds[n])`
         would give it. Batched, V is read once for all rows (one upload at a time, every matvec
         reads all of V). Returns (noised [N, d], sigma [G])."""
-        sigma = tf.constant(self.sigmas())
+        sigma = self._eager_sigmas()
         basis = self._eager_basis()
         norm = tf.norm(uploads, axis=1, keepdims=True)
         clipped = uploads * (self.clip_norm / tf.maximum(norm, self.clip_norm))
@@ -159,7 +165,7 @@ class SubspaceNoiseFactory(ClientPerturbationFactory):
 
     def _perturb(self, extras, clipped, group_ids, groups, seeds):
         sigma = self._client_sigmas(extras, clipped, group_ids, groups)
-        basis = self._basis()
+        basis = self._basis(extras)
         flat = tf.concat([tf.reshape(c, [-1]) for c in clipped], 0)
         k, d = groups.rank, groups.num_coordinates
         column_sigma = tf.gather(sigma, groups.block_of_column())

@@ -18,6 +18,8 @@ from collections.abc import Callable
 
 from tff_radiomap.aggregators import (
     AdaptiveGroupNoiseFactory,
+    AlignedNoiseFactory,
+    ClientSubspaceNoiseFactory,
     AdaptiveSubspaceNoiseFactory,
     ClipOnlyFactory,
     DirectedNoiseFactory,
@@ -125,6 +127,8 @@ def _directed(config, phase, basis_dir=None):
 
 
 def _subspace(config, phase, basis_dir=None):
+    if config.basis_scope == "client":
+        return _subspace_client(config, phase, basis_dir)
     if basis_dir is None:
         raise ValueError("the subspace defense needs a basis folder (basis_dir)")
     return SubspaceNoiseFactory(
@@ -133,6 +137,35 @@ def _subspace(config, phase, basis_dir=None):
         privacy_defenses.subspace_groups(config, phase),
         share=config.subspace_share,
         basis_path=privacy_defenses.basis_path(basis_dir, phase),
+        seed=_seed(config),
+    )
+
+
+def _client_basis_dir(config, phase, basis_dir, name):
+    if basis_dir is None:
+        raise ValueError(f"the {name} defense needs a basis folder (basis_dir)")
+    return privacy_defenses.owner_basis_dir(basis_dir, phase)
+
+
+def _subspace_client(config, phase, basis_dir=None):
+    return ClientSubspaceNoiseFactory(
+        config.clip_norm,
+        config.noise_multiplier,
+        privacy_defenses.subspace_groups(config, phase, scope="client"),
+        _client_basis_dir(config, phase, basis_dir, "subspace_client"),
+        privacy_defenses.map_owners(config),
+        share=config.subspace_share,
+        seed=_seed(config),
+    )
+
+
+def _aligned(config, phase, basis_dir=None):
+    return AlignedNoiseFactory(
+        config.clip_norm,
+        config.noise_multiplier,
+        privacy_defenses.subspace_groups(config, phase),
+        _client_basis_dir(config, phase, basis_dir, "aligned"),
+        privacy_defenses.map_owners(config),
         seed=_seed(config),
     )
 
@@ -199,7 +232,30 @@ register_defense(
         _subspace,
         "Subspace Noise: clip, then a share of the budget in the twin's leakage subspace, the rest on its complement",
         "Subspace Noise",
+        NOISE_FIELDS + ("subspace_share", "basis_scope"),
+        cost_rank=1,
+    ),
+)
+# The front's row for Subspace Noise with each client's own basis: `subspace` with basis_scope='client'.
+register_defense(
+    "subspace_client",
+    Defense(
+        "two_stage",
+        _subspace_client,
+        "Subspace Noise (client): a share of the budget in the uploading client's own leakage basis, the rest on its complement",
+        "Subspace (client)",
         NOISE_FIELDS + ("subspace_share",),
+        cost_rank=1,
+    ),
+)
+register_defense(
+    "aligned",
+    Defense(
+        "two_stage",
+        _aligned,
+        "Aligned Noise: the closed-form allocation over the client's own leakage directions and the residual",
+        "Aligned",
+        NOISE_FIELDS + ("aligned_tradeoff",),
         cost_rank=1,
     ),
 )

@@ -15,6 +15,7 @@ from tff_radiomap.models.phases import Phase
 from tff_radiomap.runtime import nan_injection
 
 ADAPTIVE_PARTITIONS = ("paper", "leakage")
+BASIS_SCOPES = ("federation", "client")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +76,13 @@ class ExperimentConfig:
     basis_k_per_map: int = 8
     basis_blocks: int = 1
     basis_every: int = 10  # Refresh at every phase's first round and every n rounds of it.
+    # Whose basis a Subspace client uses: "federation" (every map's directions, one basis for all)
+    # or "client" (its own maps' top directions, `privacy_defenses.client_rank` of them; the
+    # defense `subspace_client` is `subspace` with "client"). Aligned Noise is always "client".
+    basis_scope: str = "federation"
+    # Aligned Noise: mu, the weight of the utility cost against the discriminability, each relative
+    # to Uniform Noise's (`privacy.aligned_allocation`); fixed before any front was run.
+    aligned_tradeoff: float = 1.0
     twin_root: str = ""  # The defender's twin (RadioMapSeer layout); default: data.twin.ensure_twin(data_root).
     # Adaptive's groups: "paper" (the paper's mask groups) or "leakage" (the basis blocks of
     # Subspace Noise and the residual, refreshed as for `subspace`; see privacy_defenses.uses_basis).
@@ -118,6 +126,8 @@ class ExperimentConfig:
             (1 <= self.basis_k_per_map < self.basis_positions, "basis_k_per_map", f"an integer in 1..basis_positions-1={self.basis_positions - 1}"),
             (self.basis_blocks >= 1, "basis_blocks", "an integer >= 1"),
             (self.basis_every >= 1, "basis_every", "an integer >= 1"),
+            (self.basis_scope in BASIS_SCOPES, "basis_scope", f"one of {BASIS_SCOPES}"),
+            (math.isfinite(self.aligned_tradeoff) and self.aligned_tradeoff >= 0, "aligned_tradeoff", "a non-negative number"),
             (self.allocator_every >= 1, "allocator_every", "an integer >= 1"),
             (self.adaptive_partition in ADAPTIVE_PARTITIONS, "adaptive_partition", f"one of {ADAPTIVE_PARTITIONS}"),
             (self.attack_steps >= 1, "attack_steps", "an integer >= 1"),

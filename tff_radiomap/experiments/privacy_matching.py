@@ -51,6 +51,7 @@ class MatchingObserver:
             factor = buildings.shape[0] // config.resolution
             self.maps.append(
                 {
+                    "map_id": m,
                     "observed": {k: observed[k] for k in ("x", "y", "coords_m")},
                     "candidates": {k: v[:split] for k, v in simulated.items()},
                     "calibration": {k: v[split:] for k, v in simulated.items()},
@@ -63,8 +64,11 @@ class MatchingObserver:
         the candidates' uploads `chunk` at a time, every grid cell or coarse to fine
         (`matching_coarse`, `matching_search.coarse_to_fine`)."""
         clip = None if defense is None else defense.clip_norm
-        fixed = None if defense is None else defense.fixed_sigmas()
         for j, sets in enumerate(self.maps):
+            if hasattr(defense, "observe_map"):  # Noise that differs by client: the map's holder's.
+                defense.observe_map(sets["map_id"])
+                noise = matching_attack.NoiseModel.of(defense, traces.shapes)
+            fixed = None if defense is None else defense.fixed_sigmas()
             observed = traces.clean(sets["observed"]["x"], sets["observed"]["y"])
             calibration = traces.clean(sets["calibration"]["x"], sets["calibration"]["y"])
             if defense is not None:
@@ -99,6 +103,8 @@ class MatchingObserver:
             yield found
 
     def attack(self, traces: matching_attack.UploadTraces, defense, extras, round_seed: int, constant_position) -> matching_attack.MatchingResult:
+        if hasattr(defense, "observe_map") and self.maps:
+            defense.observe_map(self.maps[0]["map_id"])  # Every owner's noise model has the same group sizes.
         noise = matching_attack.NoiseModel.of(defense, traces.shapes)
         return matching_attack.match(self.map_distances(traces, defense, extras, round_seed, noise), noise, np.asarray(constant_position, np.float64))
 

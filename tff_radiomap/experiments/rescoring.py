@@ -57,7 +57,7 @@ def rescore(run_dir: str, matching: dict | None = None) -> dict[int, dict]:
             if not source:
                 raise NotRescorableError(f"{run_dir}: no basis refresh saved at or before round {round_num} in its phase ({attack_rounds.BASIS_ROUNDS}/)")
             basis_weights, _ = attack_rounds.load(run_dir, attack_rounds.BASIS_ROUNDS, source[-1])
-            factories[phase].set_basis(refresher.compute(phase, basis_weights))
+            refresher.install(phase, basis_weights)
         try:
             scored[round_num] = hooks.attack_weights(weights, extras, round_num)
         except FloatingPointError as exc:  # As in training: the attack of a diverged model is skipped.

@@ -18,6 +18,7 @@ import collections
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_radiomap.aggregators import keyed as keyed_lib
 from tff_radiomap.models import phases
 from tff_radiomap.learning import federated_data, keras_wrap, local_training
 from tff_radiomap.models import radiounet
@@ -38,6 +39,7 @@ def build_client_work(
     local_steps: local_training.LocalSteps,
     batch_size: int | None = None,
     data_by_reference: bool = False,
+    keyed: bool = False,
 ) -> tff.learning.templates.ClientWorkProcess:
     """Client work training `phase` of the network `config` with `optimizer`.
 
@@ -48,12 +50,16 @@ def build_client_work(
     is batched by `batch_size` (it may also be one element holding every sample), several times
     faster. The data set must then hold at least one sample. With `data_by_reference` (needs
     `batch_size`) a client's data is instead a one-element data set naming its sample files and
-    the round's order (`federated_data.reference_spec`), read inside the computation.
+    the round's order (`federated_data.reference_spec`), read inside the computation. With `keyed`
+    (needs `data_by_reference`) the update is the keyed value <update, client> of
+    `aggregators.keyed`, the key from the client's reference, for a keyed aggregation factory.
     """
     if batch_size is not None and not (isinstance(batch_size, int) and batch_size >= 1):
         raise ValueError(f"batch_size={batch_size!r}: expected None or an integer >= 1")
     if data_by_reference and batch_size is None:
         raise ValueError("data_by_reference=True needs a batch_size")
+    if keyed and not data_by_reference:
+        raise ValueError("keyed=True needs data_by_reference=True (the client's key comes with its data reference)")
     spec = federated_data.reference_spec() if data_by_reference else keras_wrap.batch_spec(config.resolution)
     data_type = tff.SequenceType(tff.types.tensorflow_to_type(spec))
     weights_type = _weights_type(config, phase)
@@ -65,7 +71,7 @@ def build_client_work(
 
     hparams_type = init_fn.type_signature.result.member
     train = _trainer(local_steps, batch_size, config.resolution if data_by_reference else None)
-    client_update = _client_update(config, phase, optimizer, train, (hparams_type, weights_type, data_type))
+    client_update = _client_update(config, phase, optimizer, train, (hparams_type, weights_type, data_type), keyed)
 
     @tff.tensorflow.computation
     def finalize_measurements(sums):
@@ -116,8 +122,9 @@ def _trainer(local_steps: local_training.LocalSteps, batch_size: int | None, ref
     return train
 
 
-def _client_update(config, phase, optimizer, train, parameter_types):
-    """(hparams, theta_r, client data) -> (ClientResult(theta_r - theta_loc, n_k), loss sums)."""
+def _client_update(config, phase, optimizer, train, parameter_types, keyed: bool = False):
+    """(hparams, theta_r, client data) -> (ClientResult(theta_r - theta_loc, n_k), loss sums); with
+    `keyed`, the result's update is <theta_r - theta_loc, the client's key>."""
 
     @tff.tensorflow.computation(*parameter_types)
     def client_update(hparams, initial_weights, dataset):
@@ -132,6 +139,8 @@ def _client_update(config, phase, optimizer, train, parameter_types):
             update = tf.nest.map_structure(tf.subtract, initial_weights.trainable, weights.trainable)
             update, non_finite = _zero_if_non_finite(update)
             weight = tf.where(non_finite, 0.0, tf.cast(count, tf.float32))
+            if keyed:
+                update = keyed_lib.keyed_value(update, dataset.get_single_element()[keyed_lib.CLIENT])
             measurements = collections.OrderedDict(
                 loss_sum=tf.where(non_finite, 0.0, loss_sum),
                 loss_examples=tf.where(non_finite, tf.zeros_like(count), count),

@@ -48,12 +48,15 @@ def batched(x: np.ndarray, y: np.ndarray, batch_size: int) -> tf.data.Dataset:
 # -- Client data by reference ----------------------------------------------------------------------
 # A round can send each client a reference instead of its samples: the paths of two raw float32
 # files holding its x [n,r,r,2] and y [n,r,r,1] (written once, `FederatedRadioMaps.client_files`)
-# and the round's sample order. The TFF computation reads the files (`read_samples`), so a round
+# and the round's sample order, and the client's key (its index, for keyed defenses:
+# `aggregators.keyed`). The TFF computation reads the files (`read_samples`), so a round
 # serializes a few hundred bytes a client instead of its tensors. The worker must see the files:
 # a local worker, or workers sharing the folder.
 def reference_spec() -> collections.OrderedDict:
     """Element spec of a reference data set (one element)."""
-    return collections.OrderedDict(x_path=tf.TensorSpec([], tf.string), y_path=tf.TensorSpec([], tf.string), order=tf.TensorSpec([None], tf.int64))
+    return collections.OrderedDict(
+        x_path=tf.TensorSpec([], tf.string), y_path=tf.TensorSpec([], tf.string), order=tf.TensorSpec([None], tf.int64), client=tf.TensorSpec([], tf.int32)
+    )
 
 
 def read_samples(reference, resolution: int) -> collections.OrderedDict:
@@ -115,10 +118,10 @@ class FederatedRadioMaps:
 
     def client_samples(self, k: int, round_num: int, epochs: int = 1) -> collections.OrderedDict:
         """Client k's samples of round `round_num` in training order, as numpy arrays
-        OrderedDict(x, y): what `client_dataset` yields, unbatched."""
+        OrderedDict(x, y, client=k): what `client_dataset` yields, unbatched, and the client's key."""
         x, y = self.clients[k]
         order = epoch_order(len(x), self.seed, round_num, _SHUFFLE, k, epochs)
-        return collections.OrderedDict(x=x[order], y=y[order])
+        return collections.OrderedDict(x=x[order], y=y[order], client=np.int32(k))
 
     def client_files(self) -> list[tuple[str, str]]:
         """(x path, y path) of each client's raw float32 files, written on first call to a
@@ -144,7 +147,7 @@ class FederatedRadioMaps:
         """Client k's round as a reference (see `reference_spec`): the samples of `client_dataset`."""
         x_path, y_path = self.client_files()[k]
         order = epoch_order(len(self.clients[k][0]), self.seed, round_num, _SHUFFLE, k, epochs)
-        element = collections.OrderedDict(x_path=x_path, y_path=y_path, order=order.astype(np.int64))
+        element = collections.OrderedDict(x_path=x_path, y_path=y_path, order=order.astype(np.int64), client=np.int32(k))
         return tf.data.Dataset.from_tensors(element)
 
     def round_references(self, clients, round_num: int, epochs: int = 1) -> list:

@@ -22,8 +22,9 @@ The process has the contract of the phase's `tff.learning.templates.LearningProc
 the factory's state; finalizer: the server optimizer's state), `set_model_weights` replaces the
 weights, and `next(state, client_data)` returns a `LearningProcessOutput` whose metrics have the
 TFF process's structure: distributor, client_work (train_loss, num_examples, nonfinite_updates),
-aggregator, finalizer. `client_data` is a list of OrderedDict(x [n,r,r,2], y [n,r,r,1]) numpy
-arrays, the samples in training order (`federated_data.FederatedRadioMaps.client_samples`).
+aggregator, finalizer. `client_data` is a list of OrderedDict(x [n,r,r,2], y [n,r,r,1], client)
+numpy arrays, the samples in training order and the client's key, which a keyed defense gets with
+the upload (`federated_data.FederatedRadioMaps.client_samples`, `aggregators.keyed`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_radiomap.aggregators import keyed
 from tff_radiomap.models import phases
 from tff_radiomap.learning import keras_wrap, local_training, radiounet_process
 from tff_radiomap.models.phases import NetworkWeights, Phase
@@ -61,7 +63,9 @@ class InProcessClientsProcess:
         specs = tf.nest.map_structure(lambda w: tf.TensorSpec(w.shape, tf.float32), self._start)
         weights_type = tff.types.tensorflow_to_type(specs)
         weighted, self.client_weighting = radiounet_process.as_weighted(model_aggregator)
-        self._aggregator = weighted.create(weights_type.trainable, tff.TensorType(np.float32))
+        self._keyed = keyed.is_keyed(model_aggregator)
+        update_type = keyed.keyed_type(weights_type.trainable) if self._keyed else weights_type.trainable
+        self._aggregator = weighted.create(update_type, tff.TensorType(np.float32))
         self._finalizer = tff.learning.templates.build_apply_optimizer_finalizer(server_optimizer, weights_type)
         phases.restore_eager_keras()  # Tracing TFF computations built Keras classes in a graph.
 
@@ -111,7 +115,10 @@ class InProcessClientsProcess:
         loss_sum, loss_examples, num_examples, nonfinite = 0.0, 0, 0, 0
         for samples in client_data:
             update, weight, loss, examples, count, finite = self._client_update(trainable, non_trainable, tf.constant(samples["x"]), tf.constant(samples["y"]))
-            updates.append([u.numpy() for u in update])
+            update = [u.numpy() for u in update]
+            if self._keyed:  # A keyed defense: the client's key with its upload (`client_samples`).
+                update = keyed.keyed_value(update, np.int32(samples["client"]))
+            updates.append(update)
             update_weights.append(float(weight))
             loss_sum, loss_examples = loss_sum + float(loss), loss_examples + int(examples)
             num_examples, nonfinite = num_examples + int(count), nonfinite + int(not bool(finite))

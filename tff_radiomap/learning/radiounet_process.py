@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_radiomap.aggregators import keyed
 from tff_radiomap.models import phases
 from tff_radiomap.learning.optimizers import build_optimizer  # noqa: F401 (callers build theirs here)
 from tff_radiomap.learning import client_work, keras_wrap, local_training, state_packing
@@ -69,7 +70,8 @@ def build_phase_process(
     `data_by_reference` clients get `federated_data.FederatedRadioMaps.round_references` instead
     of data sets (see `client_work.build_client_work`).
     """
-    work = client_work.build_client_work(config, phase, client_optimizer, local_steps, batch_size, data_by_reference)
+    is_keyed = keyed.is_keyed(model_aggregator)
+    work = client_work.build_client_work(config, phase, client_optimizer, local_steps, batch_size, data_by_reference, keyed=is_keyed)
     weights_type = work.next.type_signature.parameter[1].member
     start = keras_wrap.to_model_weights(initial, phase)
 
@@ -78,7 +80,8 @@ def build_phase_process(
         return tf.nest.map_structure(tf.constant, start)
 
     weighted, _ = as_weighted(model_aggregator)
-    aggregator = weighted.create(weights_type.trainable, tff.TensorType(np.float32))
+    update_type = keyed.keyed_type(weights_type.trainable) if is_keyed else weights_type.trainable
+    aggregator = weighted.create(update_type, tff.TensorType(np.float32))
     process = tff.learning.templates.compose_learning_process(
         initial_model_weights_fn,
         tff.learning.templates.build_broadcast_process(weights_type),

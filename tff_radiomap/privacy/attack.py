@@ -217,10 +217,14 @@ class TraceCollector:
         """
         return self.collect_views(x, y, chunk, seed)["plain"]
 
-    def collect_views(self, x: np.ndarray, y: np.ndarray, chunk: int | None = None, seed: tuple[int, int] | None = None) -> dict[str, np.ndarray]:
+    def collect_views(
+        self, x: np.ndarray, y: np.ndarray, chunk: int | None = None, seed: tuple[int, int] | None = None, maps: np.ndarray | None = None
+    ) -> dict[str, np.ndarray]:
         """{variant: fingerprints [N, F]} of the same privatized traces: 'plain', and the views of a
         defense-aware observer (`ClientPerturbationFactory.aware_variants`). `chunk`: samples per
-        traced call (default 256; 64 on the batched path, whose temporaries are [chunk * S, d])."""
+        traced call (default 256; 64 on the batched path, whose temporaries are [chunk * S, d]).
+        `maps` [N]: each sample's map id, needed by a defense whose noise differs by client (it has
+        `observe_map`): each sample is privatized as the holder of its map would."""
         chunk = chunk or (64 if self.batched else 256)
         extras = None
         if self.defense is not None:
@@ -230,16 +234,32 @@ class TraceCollector:
             # Sample i, step s: [seed0, seed1 * 2^20 + 8 i + s] (distinct for up to 131072 samples, 8 steps).
             seeds = np.stack([np.full(len(x), seed[0]), seed[1] * seeds_lib.SAMPLE_STRIDE + 8 * np.arange(len(x))], axis=1).astype(np.int64)
         traces = self._traces_fn(x, y, extras, seeds is not None)
-        out = [
-            traces(
-                tf.constant(x[s : s + chunk], tf.float32),
-                tf.constant(y[s : s + chunk], tf.float32),
-                extras,
-                None if seeds is None else tf.constant(seeds[s : s + chunk]),
-            ).numpy()
-            for s in range(0, len(x), chunk)
-        ]
-        stacked = np.concatenate(out)  # float32 [N, V, F]: the attack's largest array.
+
+        def collect(rows):
+            return [
+                traces(
+                    tf.constant(x[rows[s : s + chunk]], tf.float32),
+                    tf.constant(y[rows[s : s + chunk]], tf.float32),
+                    extras,
+                    None if seeds is None else tf.constant(seeds[rows[s : s + chunk]]),
+                ).numpy()
+                for s in range(0, len(rows), chunk)
+            ]
+
+        if not hasattr(self.defense, "observe_map"):
+            stacked = np.concatenate(collect(np.arange(len(x))))  # float32 [N, V, F]: the attack's largest array.
+        else:
+            if maps is None or len(maps) != len(x):
+                raise ValueError(f"{type(self.defense).__name__} privatizes by client: collect_views needs the map id of each of the {len(x)} samples")
+            owners = np.array([self.defense.owner_of(m) for m in maps])
+            stacked = None
+            for owner in np.unique(owners):
+                rows = np.flatnonzero(owners == owner)
+                self.defense.observe_owner(int(owner))
+                part = np.concatenate(collect(rows))
+                if stacked is None:
+                    stacked = np.empty((len(x),) + part.shape[1:], part.dtype)
+                stacked[rows] = part
         return {v: np.ascontiguousarray(stacked[:, i]) for i, v in enumerate(self.variants)}
 
 
@@ -340,7 +360,8 @@ def drop_held_out(extra: dict, held_out: dict) -> dict:
 
 
 def run_attack(collector: TraceCollector, samples: dict, config: AttackConfig, extra: dict | None = None) -> AttackResult:
-    """Collects traces for the samples of `samples` (x, y, coords_m), fits h, scores held-out.
+    """Collects traces for the samples of `samples` (x, y, coords_m, and map_id where the defense
+    differs by client), fits h, scores held-out.
 
     The observer knows the defense: its training traces are privatized by it, and besides the
     plain fingerprints it fits one attacker per defense-aware view (features whitened by the noise
@@ -350,13 +371,18 @@ def run_attack(collector: TraceCollector, samples: dict, config: AttackConfig, e
     """
     train, test = split_traces(len(samples["x"]), config)
     # The noise of the train, held-out and extra traces: three seeded streams (reproducible attacks).
-    v_train = collector.collect_views(samples["x"][train], samples["y"][train], seed=(config.seed, 0))
-    v_test = collector.collect_views(samples["x"][test], samples["y"][test], seed=(config.seed, 1))
+    maps = samples.get("map_id")
+
+    def map_ids(rows):
+        return None if maps is None else maps[rows]
+
+    v_train = collector.collect_views(samples["x"][train], samples["y"][train], seed=(config.seed, 0), maps=map_ids(train))
+    v_test = collector.collect_views(samples["x"][test], samples["y"][test], seed=(config.seed, 1), maps=map_ids(test))
     c_train, c_test = samples["coords_m"][train].astype(np.float64), samples["coords_m"][test].astype(np.float64)
     if extra is not None:
         extra = drop_held_out(extra, {k: v[test] for k, v in samples.items()})
     if extra is not None and len(extra["x"]):
-        v_extra = collector.collect_views(extra["x"], extra["y"], seed=(config.seed, 2))
+        v_extra = collector.collect_views(extra["x"], extra["y"], seed=(config.seed, 2), maps=extra.get("map_id"))
         v_train = {k: np.concatenate([v, v_extra[k]]) for k, v in v_train.items()}
         c_train = np.concatenate([c_train, extra["coords_m"].astype(np.float64)])
     constant = _rmse(np.broadcast_to(c_train.mean(0), c_test.shape), c_test)

@@ -156,16 +156,37 @@ def loss_per_energy(loss, view: GroupView, d: int, energies, draws: int, rng: np
     return float(np.mean(values))
 
 
+def direction_costs(loss, basis: np.ndarray, energy: float, residual_draws: int, rng: np.random.Generator) -> np.ndarray:
+    """[K + 1] (d) along each column v of `basis` [d, K], then on its residual: the loss increase per
+    unit noise energy, clamped at 0. A column's is measured at n = +-sqrt(E) v, exact to second
+    order (0.5 v^T H v); the residual's as `loss_per_energy` (random directions, `residual_draws`
+    antithetic pairs at energy E)."""
+    clean = loss(None)
+    costs = []
+    for i in range(basis.shape[1]):
+        n = np.sqrt(energy) * basis[:, i].astype(np.float64)
+        costs.append((0.5 * (loss(n) + loss(-n)) - clean) / energy)
+    residual = GroupView("residual", "complement", basis.shape[0] - basis.shape[1], basis=basis)
+    costs.append(loss_per_energy(loss, residual, basis.shape[0], (energy,), residual_draws, rng))
+    return np.maximum(np.asarray(costs, np.float64), 0.0)
+
+
 class WeightNoiseLoss:
     """Validation MSE (Eq. (3)) of `model` (a phase model holding the audited weights) with a flat
     perturbation [d] added to its trainable weights; the weights are restored after each call."""
 
     def __init__(self, model: tf.keras.Model, x: np.ndarray, y: np.ndarray, batch_size: int = 128):
         self._variables = model.trainable_variables
-        self._start = [v.numpy() for v in self._variables]
-        self._data = tf.data.Dataset.from_tensor_slices((x.astype(np.float32), y.astype(np.float32))).batch(batch_size).cache()
-        self._count = len(x)
+        self._batch_size = batch_size
         self._squared = tf.function(lambda x, y: tf.reduce_sum(tf.reduce_mean(tf.math.squared_difference(model(x, training=False), y), axis=[1, 2, 3])))
+        self.reset(x, y)
+
+    def reset(self, x: np.ndarray, y: np.ndarray) -> None:
+        """Measures on samples x, y from now on, about the model's weights as they are now (one
+        traced function serves every reset)."""
+        self._start = [v.numpy() for v in self._variables]
+        self._data = tf.data.Dataset.from_tensor_slices((x.astype(np.float32), y.astype(np.float32))).batch(self._batch_size).cache()
+        self._count = len(x)
         self._clean = None
 
     def __call__(self, delta: np.ndarray | None) -> float:

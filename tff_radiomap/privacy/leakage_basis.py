@@ -96,6 +96,33 @@ def leakage_basis(uploads: np.ndarray, map_of: np.ndarray, k_per_map: int) -> tu
     return basis, (eigval[order] / len(coef)).astype(np.float64)
 
 
+def owner_basis(uploads: np.ndarray, map_of: np.ndarray, rank: int, per_map: int | None = None, seed: int = 0) -> tuple[np.ndarray, np.ndarray, float]:
+    """(V [d, rank], variance [rank], residual variance per direction) of one owner's maps.
+
+    V: each map's top `per_map` directions (default ceil(rank / maps): a client with fewer maps
+    takes more from each), the first `rank` of their union by within-map variance
+    (`leakage_basis`); where per_map x maps < rank, completed by fixed-seed orthonormal directions
+    orthogonal to them (a map no client holds stands for a client holding it among others: its own
+    directions, and directions that carry none of its leak). variance: the within-map variance of
+    the uploads along each column; the residual's is the within-map variance outside span(V) over
+    d - rank. A client's basis in Subspace Noise with client scope and in Aligned Noise: every
+    owner's has the same rank."""
+    maps = np.unique(map_of)
+    per_map = per_map or -(-rank // len(maps))
+    basis, _ = leakage_basis(uploads, map_of, per_map)
+    basis = basis[:, :rank]
+    if basis.shape[1] < rank:
+        extra = np.random.default_rng(seed).standard_normal((basis.shape[0], rank - basis.shape[1]))
+        extra -= basis.astype(np.float64) @ (basis.T.astype(np.float64) @ extra)
+        basis = np.concatenate([basis, np.linalg.qr(extra)[0].astype(np.float32)], axis=1)
+    centred = np.concatenate([uploads[map_of == m] - uploads[map_of == m].mean(0) for m in maps])
+    coef = (centred.astype(np.float32) @ basis).astype(np.float64)
+    variance = np.sum(coef**2, axis=0) / len(centred)
+    total = float(np.sum(np.square(centred, dtype=np.float64))) / len(centred)
+    residual = max(total - float(np.sum(variance)), 0.0) / (uploads.shape[1] - rank)
+    return basis, variance, residual
+
+
 def _completed_span(directions: np.ndarray, rank: int, seed: int = 0) -> np.ndarray:
     """[d, rank] orthonormal: span(directions) (its numerical rank r), then rank - r fixed-seed
     directions orthogonal to it."""
