@@ -32,6 +32,7 @@ import tensorflow as tf
 
 from tff_radiomap.aggregators import keyed
 from tff_radiomap.aggregators.client_subspace_noise import ClientSubspaceNoiseFactory
+from tff_radiomap.aggregators.subspace_noise import write_tensor
 from tff_radiomap.privacy.groups import SubspaceGroups
 
 
@@ -41,12 +42,8 @@ def owner_sigma_path(basis_dir: str, owner: int) -> str:
 
 
 def write_sigmas(path: str, sigmas: np.ndarray) -> None:
-    """Writes an owner's sigmas atomically (a client may read them at any time)."""
-    data = tf.io.serialize_tensor(tf.constant(np.asarray(sigmas, np.float32))).numpy()
-    tmp = f"{path}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    """Writes an owner's sigmas [G] (float32)."""
+    write_tensor(path, sigmas)
 
 
 def read_sigmas(path) -> tf.Tensor:

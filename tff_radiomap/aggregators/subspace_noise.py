@@ -35,13 +35,19 @@ from tff_radiomap.aggregators.client_perturbation import ClientPerturbationFacto
 from tff_radiomap.privacy.groups import SubspaceGroups
 
 
-def write_basis(path: str, basis: np.ndarray) -> None:
-    """Writes V for `basis_path` atomically (the clients may read the file at any time)."""
-    data = tf.io.serialize_tensor(tf.constant(np.asarray(basis, np.float32))).numpy()
+def write_tensor(path: str, array: np.ndarray) -> None:
+    """Writes a float32 array as a `tf.io.serialize_tensor` file, atomically (the clients may read
+    it at any time)."""
+    data = tf.io.serialize_tensor(tf.constant(np.asarray(array, np.float32))).numpy()
     tmp = f"{path}.tmp"
     with open(tmp, "wb") as f:
         f.write(data)
     os.replace(tmp, path)
+
+
+def write_basis(path: str, basis: np.ndarray) -> None:
+    """Writes V for `basis_path`."""
+    write_tensor(path, basis)
 
 
 def read_basis(path) -> tf.Tensor:
