@@ -111,7 +111,7 @@ def front_rows(output_dir: str, methods, noise_multipliers, seeds, skip_missing:
         late = privacy_table.mean_std(
             [privacy_table.mean_std([r.get("attack_rmse_m", np.nan) for r in metrics if int(r["round"]) > 1])[0] for _, _, metrics, _ in runs]
         )
-        ratios = [_attack_ratios(metrics) for _, _, metrics, _ in runs]
+        ratios = [attack_ratios(metrics) for _, _, metrics, _ in runs]
         per_seed = {key: [r[key] for r in ratios] for key in ratios[0]}
         epsilons = [e for _, _, _, e in runs]
         rows.append(
@@ -152,7 +152,7 @@ def attack_ratio(row: dict, rmse_keys, constant_key: str) -> float:
     return (min(values) if values else np.nan) / float(row.get(constant_key, "nan"))
 
 
-def _attack_ratios(metrics: list[dict]) -> dict:
+def attack_ratios(metrics: list[dict]) -> dict:
     """One run's attacker RMSE over the constant guess: the strongest at round 1 ('first') and
     averaged over the later attacks ('late'), the matching attacker's and the ridge's later mean."""
 
