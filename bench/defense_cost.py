@@ -3,9 +3,9 @@
     python -m bench.defense_cost BASELINE_RUN RUN [RUN ...]
 
 Each run folder is one `programs.privacy_radiomap` (or `programs.privacy_front`) run through its
-last round. Parts: set-up (the call's wall time less its rounds: data, trainer, twin, pictures),
-the attack rounds (the ridge and the matching attacker, with their training round), the basis
-refreshes outside attack rounds, and the other rounds. The figure that counts is the whole run's
+last round. Parts: set-up (the call's wall time less its rounds and refreshes: data, trainer, twin,
+pictures), the attack rounds (the ridge and the matching attacker, with their training round), the
+basis refreshes (before their rounds, outside the rounds' `seconds`), and the other rounds. The figure that counts is the whole run's
 wall time over the baseline's; it is only a cost ratio when the runs ran side by side under the
 same load (two runs at a time, one thread each, as `privacy_front --jobs=2` runs them, with a third
 run queued so that neither ran alone at its end). Prints a Markdown table.
@@ -33,16 +33,16 @@ def parts(run_dir: str) -> dict:
     if int(metrics[0]["round"]) != 1:
         raise ValueError(f"{run_dir}: metrics.csv does not start at round 1")
     attacked = [math.isfinite(r.get("attack_rmse_m", math.nan)) for r in metrics]
-    refresh = [float(r.get("basis_seconds", 0.0) or 0.0) for r in metrics]
+    refresh = sum(float(r.get("basis_seconds", 0.0) or 0.0) for r in metrics)  # Before a round, outside its `seconds`.
     rounds = sum(r["seconds"] for r in metrics)
     wall = float(summary["wall_seconds_this_call"])
     return {
         "label": f"{config['defense']} nu={config['noise_multiplier']:g} s{config['seed']}",
         "wall": wall,
-        "setup": wall - rounds,
+        "setup": wall - rounds - refresh,
         "attack": sum(r["seconds"] for r, a in zip(metrics, attacked) if a),
-        "refresh": sum(s for s, a in zip(refresh, attacked) if not a),
-        "other": sum(r["seconds"] - s for r, s, a in zip(metrics, refresh, attacked) if not a),
+        "refresh": refresh,
+        "other": sum(r["seconds"] for r, a in zip(metrics, attacked) if not a),
         "resumed": float(summary.get("train_seconds", rounds)) > wall + 1.0,
     }
 

@@ -26,7 +26,7 @@ def _run(root, name, defense, nu, seed, rows, best_db, wall):
 
 def _rows(late_rmse, refresh=0.0):
     # Round 1 attacked (ratio 0.9, not 'late'), round 2 trained with a refresh, round 3 attacked.
-    return [[1, 10.0, refresh, 90.0, 100.0], [2, 2.0 + refresh, refresh, "nan", "nan"], [3, 6.0, 0.0, late_rmse, 100.0]]
+    return [[1, 10.0, refresh, 90.0, 100.0], [2, 2.0, refresh, "nan", "nan"], [3, 6.0, 0.0, late_rmse, 100.0]]
 
 
 @pytest.fixture
@@ -49,7 +49,8 @@ def test_cost_parts_against_the_baseline(fronts):
     a, b = fronts
     base, run = defense_cost.parts(os.path.join(a, "uniform_nu0.01_s0")), defense_cost.parts(os.path.join(b, "aligned_nu0.01_s0"))
     assert base["setup"] == pytest.approx(100.0 - 18.0) and base["attack"] == pytest.approx(16.0) and base["other"] == pytest.approx(2.0)
-    assert run["refresh"] == pytest.approx(3.0) and run["other"] == pytest.approx(2.0) and run["attack"] == pytest.approx(16.0)
+    assert run["refresh"] == pytest.approx(6.0) and run["other"] == pytest.approx(2.0) and run["attack"] == pytest.approx(16.0)
+    assert run["setup"] == pytest.approx(150.0 - 18.0 - 6.0)
     table = defense_cost.table([os.path.join(a, "uniform_nu0.01_s0"), os.path.join(b, "aligned_nu0.01_s0")])
     assert "| aligned nu=0.01 s0 | 150 | 1.50 |" in table
     assert defense_cost.main([os.path.join(a, "uniform_nu0.01_s0"), os.path.join(a, "nothing")]) == 2
