@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 from tff_radiomap.data import default_set
-from tff_radiomap.experiments import privacy_defenses
+from tff_radiomap.experiments import privacy_defenses, shared_models
 from tff_radiomap.experiments.privacy_config import ExperimentConfig
 from tff_radiomap.models import phases
 from tff_radiomap.models.phases import Phase
@@ -38,11 +38,11 @@ def main(argv: list[str]) -> int:
     seconds = time.monotonic() - t0
     groups = privacy_defenses.subspace_groups(config, Phase.STAGE1)
     budget = groups.num_coordinates * (config.clip_norm * config.noise_multiplier) ** 2
-    uploads = None
+    # The twin's uploads again, for the captured share (the refresh does not keep them).
+    collector = shared_models.upload_collector(config.model_config(), Phase.STAGE1, config.client_optimizer, config.client_learning_rate)
+    phases.set_phase_weights(collector.model, weights, Phase.STAGE1)
+    uploads = collector.collect(refresher.x, refresher.y)
     for owner in (int(o) for o in args.owners.split(",")):
-        if uploads is None:  # The twin's uploads again, for the captured share (the refresh does not keep them).
-            collector = refresher_collector(refresher, config, weights)
-            uploads = collector.collect(refresher.x, refresher.y)
         rows = refresher.owner_of_row == owner
         per_map = config.basis_k_per_map if owner >= config.num_clients else None
         _, variance, residual = leakage_basis.owner_basis(uploads[rows], refresher.map_of[rows], refresher.rank, per_map, seed=owner)
@@ -56,14 +56,6 @@ def main(argv: list[str]) -> int:
         )
     print(f"refresh of {refresher.num_owners} owners: {seconds:.0f} s")
     return 0
-
-
-def refresher_collector(refresher, config, weights):
-    from tff_radiomap.experiments import shared_models
-
-    collector = shared_models.upload_collector(config.model_config(), Phase.STAGE1, config.client_optimizer, config.client_learning_rate)
-    phases.set_phase_weights(collector.model, weights, Phase.STAGE1)
-    return collector
 
 
 if __name__ == "__main__":
