@@ -30,7 +30,6 @@ import dp_accounting
 import numpy as np
 import tensorflow as tf
 
-from tff_radiomap.aggregators import keyed
 from tff_radiomap.aggregators.client_subspace_noise import ClientSubspaceNoiseFactory
 from tff_radiomap.aggregators.subspace_noise import write_tensor
 from tff_radiomap.privacy.groups import SubspaceGroups
@@ -101,8 +100,7 @@ class AlignedNoiseFactory(ClientSubspaceNoiseFactory):
     def _client_sigmas(self, extras, clipped_flat, group_ids, groups):
         if self._privatizing:
             return self._eager_sigmas()
-        key = tf.strings.as_string(tf.cast(extras[keyed.CLIENT], tf.int32))
-        return tf.reshape(read_sigmas(tf.strings.join([os.path.join(self.basis_dir, "owner"), key, ".sigma"])), [groups.num_groups])
+        return tf.reshape(read_sigmas(self._owner_file(extras, ".sigma")), [groups.num_groups])
 
     def dp_event(self):
         """The least-noised direction over every owner (None before the first allocation, or if

@@ -103,9 +103,10 @@ class ClientSubspaceNoiseFactory(SubspaceNoiseFactory):
         return int(owner)
 
     # -- inside the TFF computation: the client's own file ---------------------------------------
-    def _owner_file(self, extras):
+    def _owner_file(self, extras, suffix: str = ".bin"):
+        """TF: the uploading client's file in `basis_dir` (`owner_basis_path` with the key's owner)."""
         key = tf.strings.as_string(tf.cast(extras[keyed.CLIENT], tf.int32))
-        return tf.strings.join([os.path.join(self.basis_dir, "owner"), key, ".bin"])
+        return tf.strings.join([os.path.join(self.basis_dir, "owner"), key, suffix])
 
     def _basis(self, extras=None):
         if self._privatizing:
