@@ -229,6 +229,22 @@ def test_adaptive_subspace_observes_a_rounds_extras_noise_seed_included():
         factory.observe(collections.OrderedDict((k, v) for k, v in later.items() if k != "phase"))
 
 
+@pytest.mark.parametrize("sigma_min", [0.0, 0.2])
+def test_adaptive_subspace_sigmas_batch_is_privatize_batchs_sigma(sigma_min):
+    """The matching attacker's candidates take only their scales: the same as privatizing them
+    (to the last bit), with the floor's seeded draw when the allocation reads a floor-noised copy."""
+    groups = _subspace_groups()
+    factory = AdaptiveSubspaceNoiseFactory(1.0, 0.5, groups, eta=_eta(groups), seed=0, sigma_min=sigma_min)
+    rows = tf.constant(np.stack([np.concatenate([v.ravel() for v in _upload(seed=s, scale=0.01 * (s + 1))]) for s in range(4)]), tf.float32)
+    seeds = tf.constant([[3, i] for i in range(4)], tf.int64)
+    _, sigma = factory.privatize_batch(rows, seeds)
+    np.testing.assert_array_equal(factory.sigmas_batch(rows, seeds).numpy(), sigma.numpy())
+    assert np.ptp(sigma.numpy()[:, 0]) > 0  # Each row its own allocation.
+    if sigma_min > 0:  # The floor's draw matters: other seeds, other scales.
+        other = factory.sigmas_batch(rows, seeds + tf.constant([[0, 50]], tf.int64)).numpy()
+        assert np.max(np.abs(other - sigma.numpy())) > 0
+
+
 def test_adaptive_subspace_whitening_removes_the_per_block_scales():
     groups = _subspace_groups()
     factory = AdaptiveSubspaceNoiseFactory(1.0, 0.5, groups, eta=_eta(groups), seed=0)

@@ -228,9 +228,23 @@ class AdaptiveSubspaceNoiseFactory(AdaptiveGroupNoiseFactory):
         """Clip and perturb N flat uploads [N, d] at once (eager TF): row n with seed pair seeds[n]
         gets the noise `privatize(..., seed=seeds[n])` gives it. `extras` default: those of the last
         `observe`, else the initial ones. Returns (noised [N, d], sigma [N, G])."""
+        extras, rows, draw = self._batch_inputs(uploads, seeds, extras)
+        return self._privatize_rows(extras, rows, self._eager_basis(), draw)
+
+    def sigmas_batch(self, uploads, seeds=None, extras=None):
+        """sigma [N, G] that `privatize_batch(uploads, seeds, extras)` gives, without drawing the
+        noise it would add (the matching attacker needs only its candidates' scales). With the
+        floor the allocation reads the floor-noised copy, so the floor's draw (seeded as there)
+        is still made."""
+        extras, rows, draw = self._batch_inputs(uploads, seeds, extras)
+        if self.sigma_min > 0:
+            rows = rows + self.sigma_min * draw(2, [tf.shape(rows)[0], self.groups.num_coordinates])
+        return self._sigmas(extras, rows, self._eager_basis())
+
+    def _batch_inputs(self, uploads, seeds, extras):
+        """(extras, clipped rows [N, d], draw) of the batched eager path."""
         if extras is None:
             extras = self._observed if self._observed is not None else tf.nest.map_structure(tf.convert_to_tensor, self.initial_extras())
-        basis = self._eager_basis()
         norm = tf.norm(uploads, axis=1, keepdims=True)
         rows = uploads * (self.clip_norm / tf.maximum(norm, self.clip_norm))
         if seeds is not None:
@@ -239,9 +253,9 @@ class AdaptiveSubspaceNoiseFactory(AdaptiveGroupNoiseFactory):
         def draw(i, shape):
             if seeds is None:
                 return tf.random.normal(shape)
-            return tf.map_fn(lambda p: tf.random.stateless_normal(shape[1:], seed=seeds_lib.fold_in(p, i)), seeds, fn_output_signature=tf.float32)
+            return seeds_lib.seeded_normal_rows(seeds, i, shape[1:])
 
-        return self._privatize_rows(extras, rows, basis, draw)
+        return extras, rows, draw
 
     def whiten_batch(self, uploads, weights):
         """Rows of uploads [N, d] with block g scaled by weights[..., g], the residual by the last."""

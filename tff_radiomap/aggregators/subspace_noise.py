@@ -153,8 +153,8 @@ class SubspaceNoiseFactory(ClientPerturbationFactory):
             z_r = tf.random.normal(tf.shape(uploads)) * sigma[-1]
         else:  # The per-tensor seeds of `privatize`: seeds.fold_in((a, b), i), i = 0 (z_s) and 1 (z_r).
             seeds = tf.cast(seeds, tf.int64)
-            z_s = tf.map_fn(lambda p: tf.random.stateless_normal([k], seed=seeds_lib.fold_in(p, 0)), seeds, fn_output_signature=tf.float32) * column_sigma
-            z_r = tf.map_fn(lambda p: tf.random.stateless_normal([d], seed=seeds_lib.fold_in(p, 1)), seeds, fn_output_signature=tf.float32) * sigma[-1]
+            z_s = seeds_lib.seeded_normal_rows(seeds, 0, [k]) * column_sigma
+            z_r = seeds_lib.seeded_normal_rows(seeds, 1, [d]) * sigma[-1]
         residual = z_r - tf.matmul(tf.matmul(z_r, basis), basis, transpose_b=True)
         return clipped + tf.matmul(z_s, basis, transpose_b=True) + residual, sigma
 

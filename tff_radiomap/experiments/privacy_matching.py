@@ -85,7 +85,7 @@ class MatchingObserver:
                     elif fixed is not None:
                         sigma = np.broadcast_to(np.asarray(fixed, np.float64), (len(clean), traces.steps, len(fixed)))
                     else:  # The noise scale depends on the update: each candidate's own (its noise is dropped).
-                        _, sigma = traces.privatize(clean, defense, extras, seed=(round_seed, 15))
+                        sigma = traces.sigmas(clean, defense, extras, seed=(round_seed, 15))
                     yield matching_attack.clip_uploads(clean, clip), sigma
 
             def distances(index):

@@ -217,10 +217,7 @@ class UploadTraces:
         attack's per-sample streams, `attack.TraceCollector`); without `seed`, fresh noise."""
         n, steps, d = uploads.shape
         rows = uploads.reshape(n * steps, d)
-        seeds = None
-        if seed is not None:
-            index = 8 * np.repeat(np.arange(n), steps) + np.tile(np.arange(steps), n)
-            seeds = np.stack([np.full(n * steps, seed[0]), seed[1] * seeds_lib.SAMPLE_STRIDE + index], 1).astype(np.int64)
+        seeds = None if seed is None else self._row_seeds(seed, n, steps)
         noised, sigma = [], []
         for s in range(0, n * steps, chunk):
             part = tf.constant(rows[s : s + chunk])
@@ -233,6 +230,27 @@ class UploadTraces:
             sg = sg.numpy()
             sigma.append(np.broadcast_to(sg, (len(out), sg.shape[-1])) if sg.ndim == 1 else sg)
         return np.concatenate(noised).reshape(n, steps, d), np.concatenate(sigma).reshape(n, steps, -1).astype(np.float64)
+
+    def sigmas(self, uploads: np.ndarray, defense, extras, seed: tuple[int, int] | None, chunk: int = 64) -> np.ndarray:
+        """sigma [N, S, G] that `privatize` gives the same uploads and seed, without the noise
+        where the defense can say its scales alone (`sigmas_batch`); the same rows in the same
+        chunks, so the scales are `privatize`'s to the last bit."""
+        if not hasattr(defense, "sigmas_batch"):
+            return self.privatize(uploads, defense, extras, seed, chunk)[1]
+        n, steps, d = uploads.shape
+        rows = uploads.reshape(n * steps, d)
+        seeds = None if seed is None else self._row_seeds(seed, n, steps)
+        sigma = []
+        for s in range(0, n * steps, chunk):
+            sg = defense.sigmas_batch(tf.constant(rows[s : s + chunk]), None if seeds is None else tf.constant(seeds[s : s + chunk])).numpy()
+            sigma.append(np.broadcast_to(sg, (min(chunk, n * steps - s), sg.shape[-1])) if sg.ndim == 1 else sg)
+        return np.concatenate(sigma).reshape(n, steps, -1).astype(np.float64)
+
+    @staticmethod
+    def _row_seeds(seed: tuple[int, int], n: int, steps: int) -> np.ndarray:
+        """[N S, 2] the seed pair of each (sample, step) row (`privatize`)."""
+        index = 8 * np.repeat(np.arange(n), steps) + np.tile(np.arange(steps), n)
+        return np.stack([np.full(n * steps, seed[0]), seed[1] * seeds_lib.SAMPLE_STRIDE + index], 1).astype(np.int64)
 
     def _privatize_rows(self, defense, extras, rows, seeds):
         key = (id(defense), seeds is not None)
