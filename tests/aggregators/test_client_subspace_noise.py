@@ -114,6 +114,12 @@ def test_aligned_clients_read_their_own_sigmas(tff_runtime, basis_dir):
     np.testing.assert_allclose(factory.sigmas(), sigmas[1], rtol=1e-6)
     least = min(float(np.min(s)) for s in sigmas.values())
     assert factory.dp_event() == dp_accounting.GaussianDpEvent(pytest.approx(least, rel=1e-6))
+    # Each client's own upload: its own least-noised direction under the allocation in force.
+    assert factory.per_client_events
+    for o, s in sigmas.items():
+        assert factory.client_dp_event(o) == dp_accounting.GaussianDpEvent(pytest.approx(float(np.min(s)), rel=1e-6))
+    assert len({factory.client_dp_event(o).noise_multiplier for o in sigmas}) == 3
+    assert factory.client_dp_event(99) is None  # No allocation for it.
     bad = {**sigmas, 2: sigmas[2] * 1.1}
     with pytest.raises(ValueError, match="owner 2's sigmas spend"):
         factory.set_owner_sigmas(bad)

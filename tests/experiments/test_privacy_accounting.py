@@ -69,6 +69,30 @@ def test_replay_counts_each_sampled_upload_of_both_stages_and_composes_like_dp_a
     assert all((mixed.epsilon(k) is None) == (k in stage2) for k in counts)
 
 
+def test_a_per_client_event_is_asked_at_every_upload():
+    """Aligned Noise's event differs by client and moves at every refresh: the accountant records
+    each upload under the event in force when it is made."""
+    allocation = {0: 0.5, 1: 2.0}
+
+    class Moving:
+        per_client_events = True
+
+        def client_dp_event(self, client):
+            m = allocation.get(client)
+            return None if m is None else dp_accounting.GaussianDpEvent(m)
+
+    events = pa.phase_events({Phase.STAGE1: Moving()})
+    acc = pa.new_accountant()
+    pa.record_round(acc, events, Phase.STAGE1, [0, 1])
+    allocation[0] = 1.0  # A refresh.
+    pa.record_round(acc, events, Phase.STAGE1, [0])
+    assert acc.state() == [[0, [[0.5, 1], [1.0, 1]]], [1, [[2.0, 1]]]]
+    pa.record_round(acc, events, Phase.STAGE1, [2])  # No allocation: no guarantee for that client alone.
+    assert acc.epsilon(2) is None and acc.epsilon(1) is not None
+    with pytest.raises(TypeError, match="client 3's event"):
+        pa.record_round(acc, {Phase.STAGE1: lambda k: "gaussian"}, Phase.STAGE1, [3])
+
+
 def test_the_accountant_is_restored_from_its_file_or_replayed(config, tmp_path):
     cfg = dataclasses.replace(config, defense="uniform", rounds=6, stage1_rounds=2)
     events = pa.phase_events(experiment.phase_factories(cfg))

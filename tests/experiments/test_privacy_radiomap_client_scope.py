@@ -92,6 +92,27 @@ def test_aligned_run_writes_every_owner_basis_and_allocation_and_resumes_exactly
         assert np.isfinite(float(r["attack_matching_rmse_m"])) and np.isfinite(float(r["attack_aware_rmse_m"]))
 
 
+def test_aligned_run_accounts_each_upload_under_its_clients_allocation(client_runs):
+    """Each phase refreshed once, so the sigma files on disk are the allocations in force: each
+    client's epsilon composes Gaussian mechanisms of its own least-noised direction per phase."""
+    import dp_accounting
+
+    from tff_radiomap.experiments import privacy_accounting
+    from tff_radiomap.learning import federated_data
+
+    cfg, out = client_runs["aligned"], client_runs["straight"]
+    acc = privacy_accounting.new_accountant()
+    for r in range(1, cfg.rounds + 1):
+        folder = os.path.join(out, "basis", f"phase{int(cfg.phase_for_round(r))}")
+        for k in federated_data.sample_clients(cfg.seed, r, cfg.num_clients, cfg.clients_per_round):
+            least = float(np.min(aligned_noise.read_sigmas(aligned_noise.owner_sigma_path(folder, int(k))).numpy()))
+            acc.record_round([int(k)], dp_accounting.GaussianDpEvent(least / cfg.clip_norm))
+    expected = acc.summary()["max_epsilon"]
+    assert expected is not None and np.isfinite(expected)
+    assert client_runs["straight_summary"]["privacy"]["max_epsilon"] == pytest.approx(expected, rel=1e-5)
+    assert client_runs["resumed_summary"]["privacy"]["max_epsilon"] == pytest.approx(expected, rel=1e-5)
+
+
 def test_subspace_with_client_scope_reads_each_clients_basis(client_runs):
     out = client_runs["subspace"]
     rows = _rows(out)

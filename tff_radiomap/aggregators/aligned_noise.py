@@ -16,9 +16,12 @@ The bases and allocations are per owner (`ClientSubspaceNoiseFactory`): client k
 and its sigmas (`owner_sigma_path`, float32 [K + 1]) from the refresher's folder inside the
 computation; the eager path uses the observed owner's.
 
-Privacy claim: each owner's upload is a Gaussian mechanism with fixed covariance; `dp_event` is
-that of the least-noised direction over every owner (none if an owner leaves a direction bare,
-which the allocation does only where the twin measured no variance at all).
+Privacy claim: between refreshes each owner's upload is a Gaussian mechanism with fixed covariance
+(the allocation reads the twin and the broadcast model, never the client's data); its event
+(`client_dp_event`) is that of the owner's least-noised direction under the allocation in force
+(none if a direction is bare, which the allocation does only where the twin measured no variance
+at all), and the run's accountant records each upload's. `dp_event` is the least-noised direction
+over every owner.
 """
 
 from __future__ import annotations
@@ -102,10 +105,24 @@ class AlignedNoiseFactory(ClientSubspaceNoiseFactory):
             return self._eager_sigmas()
         return tf.reshape(read_sigmas(self._owner_file(extras, ".sigma")), [groups.num_groups])
 
+    per_client_events = True
+
     def dp_event(self):
         """The least-noised direction over every owner (None before the first allocation, or if
         some owner leaves a direction bare)."""
         if len(self._owner_sigmas) < self.num_owners:
             return None
-        least = min(float(np.min(s[self.groups.sizes > 0])) for s in self._owner_sigmas.values())
+        events = [self.client_dp_event(o) for o in self._owner_sigmas]
+        return None if any(e is None for e in events) else min(events, key=lambda e: e.noise_multiplier)
+
+    def client_dp_event(self, client: int):
+        """Client `client`'s upload under its current allocation: a Gaussian mechanism of its
+        least-noised direction, `GaussianDpEvent(min_g s_g^(1/2) / C)` (the clip bounds the update
+        in every direction). The allocation moves at every refresh, so the accountant asks for
+        each upload's (`experiments.privacy_accounting.record_round`). None before the owner's
+        first allocation, or if it leaves a direction bare."""
+        sigmas = self._owner_sigmas.get(int(client))
+        if sigmas is None:
+            return None
+        least = float(np.min(np.asarray(sigmas, np.float64)[self.groups.sizes > 0]))
         return dp_accounting.GaussianDpEvent(least / self.clip_norm) if least > 0 else None

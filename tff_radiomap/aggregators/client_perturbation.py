@@ -173,6 +173,15 @@ class ClientPerturbationFactory(tff.aggregators.UnweightedAggregationFactory, tf
         least = float(np.min(np.asarray(sigmas, np.float64)[present]))
         return dp_accounting.GaussianDpEvent(least / self.clip_norm) if least > 0 else None
 
+    # Whether `client_dp_event` differs by client and moves between rounds (the accountant then
+    # asks it for every upload rather than fixing one event per phase).
+    per_client_events = False
+
+    def client_dp_event(self, client: int):
+        """The event of one upload by client `client` under the defense as it stands: `dp_event()`
+        for a defense whose noise is every client's alike."""
+        return self.dp_event()
+
     # -- what a defense-aware observer does ------------------------------------------------------
     def aware_variants(self) -> tuple[str, ...]:
         """Views a defense-aware observer takes of a privatized upload besides the plain one:

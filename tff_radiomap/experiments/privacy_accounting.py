@@ -4,14 +4,16 @@ Threat model: an observer of individual uploads. Every round, each sampled clien
 under its phase's defense; the observer knows who uploaded, so sampling gives no amplification and
 client k's guarantee composes the events of its own uploads, stage 1's and stage 2's alike
 (`PerClientAccountant`). A phase's event is its factory's `dp_event()` (None: no guarantee; No
-Defense and FedSGD have no factory, hence none either). The run reports, at delta = `DELTA`, the
+Defense and FedSGD have no factory, hence none either); Aligned Noise's is each client's own under
+the allocation in force at the upload (`client_dp_event`, `phase_events`). The run reports, at delta = `DELTA`, the
 worst client's epsilon (None if any upload had no guarantee), how many clients uploaded and the
 most uploads of one client (`run_summary`, summary.json's `privacy`).
 
 Client sampling is a function of (seed, round) (`federated_data.sample_clients`), so the uploads of
 a run's first r rounds follow from its configuration alone: `replay(config, r)` re-derives them
 without training. The runner records them as the rounds go and saves the accountant with every
-program state (`save`, `restore`); a run saved before that existed is replayed on resume.
+program state (`save`, `restore`); a run saved before that existed is replayed on resume (a replay
+knows no allocation a run made, so Aligned Noise's replayed uploads claim no guarantee).
 """
 
 from __future__ import annotations
@@ -34,8 +36,13 @@ SUMMARY_KEYS = ("delta", "max_epsilon", "clients_with_uploads", "max_uploads_per
 
 
 def phase_events(factories: Mapping) -> dict:
-    """{phase: the event of one upload in that phase, or None} for {phase: factory or None}."""
-    return {phase: None if factory is None else factory.dp_event() for phase, factory in factories.items()}
+    """{phase: the event of one upload in that phase, or None} for {phase: factory or None}; for
+    a defense whose event differs by client and moves between rounds (`per_client_events`), its
+    `client_dp_event`, asked at every recorded upload."""
+    return {
+        phase: None if factory is None else factory.client_dp_event if getattr(factory, "per_client_events", False) else factory.dp_event()
+        for phase, factory in factories.items()
+    }
 
 
 def new_accountant() -> accounting.PerClientAccountant:
@@ -43,11 +50,14 @@ def new_accountant() -> accounting.PerClientAccountant:
 
 
 def record_round(acc: accounting.PerClientAccountant, events: Mapping, phase, clients) -> None:
-    """One upload under `events[phase]` by each of the round's sampled `clients`."""
+    """One upload under `events[phase]` by each of the round's sampled `clients` (a callable
+    event: each client's own, `event(client)`)."""
     event = events[phase]
-    if event is not None and not isinstance(event, dp_accounting.DpEvent):
-        raise TypeError(f"phase {phase!r}: dp_event() returned {event!r}; expected a dp_accounting.DpEvent or None")
-    acc.record_round([int(k) for k in clients], event)
+    for k in clients:
+        own = event(int(k)) if callable(event) else event
+        if own is not None and not isinstance(own, dp_accounting.DpEvent):
+            raise TypeError(f"phase {phase!r}: client {int(k)}'s event is {own!r}; expected a dp_accounting.DpEvent or None")
+        acc.record_round([int(k)], own)
 
 
 def replay(config, rounds: int | None = None, events: Mapping | None = None) -> accounting.PerClientAccountant:
