@@ -21,6 +21,7 @@ from tff_radiomap.experiments import privacy_defenses, shared_models
 from tff_radiomap.experiments.privacy_config import ExperimentConfig
 from tff_radiomap.models import phases
 from tff_radiomap.models.phases import Phase
+from tff_radiomap.privacy import budget as budget_lib
 from tff_radiomap.privacy import leakage_basis
 
 
@@ -37,7 +38,7 @@ def main(argv: list[str]) -> int:
     refresh = refresher.compute(Phase.STAGE1, weights)
     seconds = time.monotonic() - t0
     groups = privacy_defenses.subspace_groups(config, Phase.STAGE1)
-    budget = groups.num_coordinates * (config.clip_norm * config.noise_multiplier) ** 2
+    budget = budget_lib.total_budget(groups.num_coordinates, config.clip_norm, config.noise_multiplier)
     # The twin's uploads again, for the captured share (the refresh does not keep them).
     collector = shared_models.upload_collector(config.model_config(), Phase.STAGE1, config.client_optimizer, config.client_learning_rate)
     phases.set_phase_weights(collector.model, weights, Phase.STAGE1)

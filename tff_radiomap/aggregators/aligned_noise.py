@@ -29,7 +29,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-import dp_accounting
 import numpy as np
 import tensorflow as tf
 
@@ -122,7 +121,4 @@ class AlignedNoiseFactory(ClientSubspaceNoiseFactory):
         each upload's (`experiments.privacy_accounting.record_round`). None before the owner's
         first allocation, or if it leaves a direction bare."""
         sigmas = self._owner_sigmas.get(int(client))
-        if sigmas is None:
-            return None
-        least = float(np.min(np.asarray(sigmas, np.float64)[self.groups.sizes > 0]))
-        return dp_accounting.GaussianDpEvent(least / self.clip_norm) if least > 0 else None
+        return None if sigmas is None else self._least_noised_event(sigmas)

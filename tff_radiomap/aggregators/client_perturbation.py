@@ -169,6 +169,11 @@ class ClientPerturbationFactory(tff.aggregators.UnweightedAggregationFactory, tf
         sigmas = self.fixed_sigmas()
         if sigmas is None or self.groups is None:
             return None
+        return self._least_noised_event(sigmas)
+
+    def _least_noised_event(self, sigmas):
+        """`GaussianDpEvent(min_g sigma_g / C)` over the groups with coordinates; None if one of
+        them is noise-free."""
         present = np.asarray(self.groups.sizes) > 0
         least = float(np.min(np.asarray(sigmas, np.float64)[present]))
         return dp_accounting.GaussianDpEvent(least / self.clip_norm) if least > 0 else None
