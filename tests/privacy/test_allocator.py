@@ -260,6 +260,25 @@ def test_adaptive_subspace_whitening_removes_the_per_block_scales():
     np.testing.assert_allclose(white[1] - v @ (v.T @ white[1]), 0.25 * r, rtol=1e-3, atol=1e-5)
 
 
+@pytest.mark.parametrize("blocks, sigma_min", [((30,), 0.0), ((30,), 0.2), ((20, 10), 0.0)])
+def test_adaptive_subspace_views_batch_is_privatize_then_whiten(blocks, sigma_min):
+    """The attack's views come from the privatization's own products: the noised rows are
+    `privatize_batch`'s to the last bit, each aware view `whiten_batch`'s to float rounding."""
+    groups = _subspace_groups(blocks)
+    factory = AdaptiveSubspaceNoiseFactory(1.0, 0.5, groups, eta=_eta(groups), seed=0, sigma_min=sigma_min)
+    rows = tf.constant(np.stack([np.concatenate([v.ravel() for v in _upload(seed=s, scale=0.3 * (s + 1))]) for s in range(4)]), tf.float32)
+    seeds = tf.constant([[5, i] for i in range(4)], tf.int64)
+    noised, sigma = factory.privatize_batch(rows, seeds)
+    views, sigma_views = factory.privatize_views_batch(rows, ("whitened", "projected"), seeds)
+    np.testing.assert_array_equal(views[0].numpy(), noised.numpy())
+    np.testing.assert_array_equal(sigma_views.numpy(), sigma.numpy())
+    assert np.ptp(sigma.numpy()[:, 0]) > 0  # Each row its own allocation: the weights differ by row.
+    for view, variant in zip(views[1:], ("whitened", "projected")):
+        expected = factory.whiten_batch(noised, factory.aware_weights(sigma, variant)).numpy()
+        np.testing.assert_allclose(view.numpy(), expected, rtol=1e-5, atol=1e-6)
+        assert np.max(np.abs(expected - noised.numpy())) > 0.01  # The view is not the plain upload.
+
+
 def test_adaptive_subspace_runs_in_a_tff_aggregation(tff_runtime):
     groups = _subspace_groups()
     factory = AdaptiveSubspaceNoiseFactory(1.0, 0.5, groups, eta=_eta(groups), seed=2)
@@ -418,3 +437,32 @@ def test_the_attack_observes_the_adaptive_subspace_defense_batched(tiny):
     b = collector.collect_views(x, y, seed=(1, 0))
     assert all(np.all(np.isfinite(v)) for v in b.values())
     assert not np.allclose(a["plain"], b["plain"])  # Another eta, other noise scales, same traced graph.
+
+
+def test_adaptive_subspace_process_reads_the_basis_file_every_round_as_an_embedded_basis(tff_runtime, tmp_path):
+    from tff_radiomap.aggregators.subspace_noise import write_basis
+
+    groups = _subspace_groups()
+    path = str(tmp_path / "basis.bin")
+    write_basis(path, groups.basis)
+    value_type = tff.types.to_type([(np.float32, s) for s in SHAPES])
+    embedded = AdaptiveSubspaceNoiseFactory(1.0, 0.5, groups, eta=_eta(groups), seed=3)
+    from_file = AdaptiveSubspaceNoiseFactory(1.0, 0.5, SubspaceGroups(tuple(SHAPES), (20, 10)), basis_path=path, eta=_eta(groups), seed=3)
+    clients = [_upload(seed=s) for s in (1, 2, 3)]
+    results = []
+    for factory in (embedded, from_file):
+        process = factory.create(value_type)
+        state = process.initialize()
+        out = process.next(state, clients)
+        results.append(np.concatenate([np.asarray(t).ravel() for t in out.result]))
+    np.testing.assert_allclose(results[0], results[1], atol=1e-6)  # The same V and seeds: the same noise (to float rounding).
+    # The next round reads the refreshed file: the same process, another span.
+    other = _subspace_groups(seed=7).basis
+    write_basis(path, other)
+    out = process.next(state, [clients[0]])
+    embedded_other = AdaptiveSubspaceNoiseFactory(1.0, 0.5, groups.with_basis(other), eta=_eta(groups), seed=3)
+    reference = embedded_other.create(value_type)
+    expected = reference.next(reference.initialize(), [clients[0]]).result
+    np.testing.assert_allclose(
+        np.concatenate([np.asarray(t).ravel() for t in out.result]), np.concatenate([np.asarray(t).ravel() for t in expected]), atol=1e-6
+    )

@@ -156,8 +156,13 @@ class AdaptiveSubspaceNoiseFactory(AdaptiveGroupNoiseFactory):
     _unflatten = SubspaceNoiseFactory._unflatten
 
     def basis_array(self) -> np.ndarray:
-        """V [d, K] as numpy (the eager copy, else the file)."""
-        return np.asarray(self._eager_basis().numpy(), np.float32)
+        """V [d, K] as numpy, read-only: the groups' (the array the eager copy was set from, not a
+        copy: V is 192 MB at the CPU default, wanted several times a round), else the file's."""
+        if self.groups.basis is None:
+            return np.asarray(self._eager_basis().numpy(), np.float32)
+        view = self.groups.basis.view()
+        view.flags.writeable = False
+        return view
 
     def observe(self, extras) -> None:
         """The extras `privatize_batch` uses by default (eta, round index, phase): held in variables,
@@ -173,9 +178,8 @@ class AdaptiveSubspaceNoiseFactory(AdaptiveGroupNoiseFactory):
             tf.nest.map_structure(lambda var, v: var.assign(np.asarray(v)), variables, extras[key])
 
     def _summaries(self, extras, rows, basis):
-        fraction = tf.minimum(tf.cast(extras["round_index"], tf.float32) / self.total_rounds, 1.0)
         return allocator_net.summary_statistics_projected(
-            rows, basis, self.groups.block_of_column(), self.groups.sizes, self.clip_norm, fraction, extras["phase"]
+            rows, basis, self.groups.block_of_column(), self.groups.sizes, self.clip_norm, self._fraction(extras), extras["phase"]
         )
 
     def _sigmas(self, extras, rows, basis):
@@ -183,26 +187,52 @@ class AdaptiveSubspaceNoiseFactory(AdaptiveGroupNoiseFactory):
         summaries = self._summaries(extras, rows, basis)
         return allocator_net.allocation(extras["eta"], summaries, self.groups.sizes, self.budget(self.groups), self.sigma_min)[2]
 
-    def _subspace_noise(self, sigma, basis, z_s, z_r):
-        """sum_g sigma_g V_g z_g + sigma_res (I - V V^T) z_r for rows of sigma [M, G], z_s [M, K], z_r [M, d]."""
-        column_sigma = tf.gather(sigma, self.groups.block_of_column(), axis=1)
-        residual = z_r * sigma[:, -1:]
-        residual -= tf.matmul(tf.matmul(residual, basis), basis, transpose_b=True)
-        return tf.matmul(z_s * column_sigma, basis, transpose_b=True) + residual
-
-    def _privatize_rows(self, extras, rows, basis, draw):
-        """(noised [M, d], sigma [M, G]) of clipped rows; draw(i, shape) gives standard normals
+    def _privatize_rows(self, extras, rows, basis, draw, variants=()):
+        """(noised [M, d], sigma [M, G]) of clipped rows, plus the defense-aware `views` of the
+        noised rows when `variants` are given (`_views`); draw(i, shape) gives standard normals
         (i = 0: block coefficients, 1: the residual's, 2: the floor's)."""
         k, d = self.groups.rank, self.groups.num_coordinates
         m = tf.shape(rows)[0]
         if self.sigma_min > 0:
             # The floor first, then the allocation from the noised copy only (post-processing).
             rows = rows + self.sigma_min * draw(2, [m, d])
-            sigma = self._sigmas(extras, rows, basis)
-            extra = tf.sqrt(tf.maximum(tf.square(sigma) - self.sigma_min**2, 0.0))
-            return rows + self._subspace_noise(extra, basis, draw(0, [m, k]), draw(1, [m, d])), sigma
-        sigma = self._sigmas(extras, rows, basis)
-        return rows + self._subspace_noise(sigma, basis, draw(0, [m, k]), draw(1, [m, d])), sigma
+        coef = tf.matmul(rows, basis)
+        inside = tf.matmul(coef, basis, transpose_b=True)  # The rows' part in span(V).
+        summaries = allocator_net.summary_statistics_of_parts(
+            rows, coef, rows - inside, self.groups.block_of_column(), self.groups.sizes, self.clip_norm, self._fraction(extras), extras["phase"]
+        )
+        sigma = allocator_net.allocation(extras["eta"], summaries, self.groups.sizes, self.budget(self.groups), self.sigma_min)[2]
+        scale = sigma if self.sigma_min <= 0 else tf.sqrt(tf.maximum(tf.square(sigma) - self.sigma_min**2, 0.0))
+        z_s = draw(0, [m, k])
+        column_scale = tf.gather(scale, self.groups.block_of_column(), axis=1)
+        spanned = tf.matmul(z_s * column_scale, basis, transpose_b=True)  # The noise in span(V).
+        residual = z_r = draw(1, [m, d]) * scale[:, -1:]
+        residual -= tf.matmul(tf.matmul(z_r, basis), basis, transpose_b=True)
+        noised = rows + (spanned + residual)
+        if not variants:
+            return noised, sigma
+        return noised, sigma, self._views(variants, sigma, noised, coef + z_s * column_scale, inside + spanned, basis)
+
+    def _views(self, variants, sigma, noised, coef, inside, basis):
+        """`whiten_batch(noised, aware_weights(sigma, v))` for each variant v, from the noised rows'
+        coefficients V^T noised (`coef`, [M, K]) and part in span(V) (`inside`, [M, d]), which the
+        privatization has at hand: in exact arithmetic V^T V = I and V^T (I - V V^T) = 0, so they
+        are the clipped rows' plus the noise's in span(V). With one block a view is then a sum of
+        noised and inside, no product; with J blocks, one [M, K] x [K, d] product."""
+        block_of_column = self.groups.block_of_column()
+        views = []
+        for variant in variants:
+            weights = self.aware_weights(sigma, variant)
+            w_r = weights[..., -1:]
+            if len(self.groups.block_sizes) == 1:
+                views.append(w_r * noised + (weights[..., :1] - w_r) * inside)
+            else:
+                w_col = tf.gather(weights, block_of_column, axis=-1)
+                views.append(w_r * noised + tf.matmul(coef * (w_col - w_r), basis, transpose_b=True))
+        return views
+
+    def _fraction(self, extras):
+        return tf.minimum(tf.cast(extras["round_index"], tf.float32) / self.total_rounds, 1.0)
 
     def _perturb(self, extras, clipped, group_ids, groups, seeds):
         flat = tf.concat([tf.reshape(c, [-1]) for c in clipped], 0)[None]
@@ -230,6 +260,14 @@ class AdaptiveSubspaceNoiseFactory(AdaptiveGroupNoiseFactory):
         `observe`, else the initial ones. Returns (noised [N, d], sigma [N, G])."""
         extras, rows, draw = self._batch_inputs(uploads, seeds, extras)
         return self._privatize_rows(extras, rows, self._eager_basis(), draw)
+
+    def privatize_views_batch(self, uploads, variants, seeds=None, extras=None):
+        """(views, sigma [N, G]): `privatize_batch`'s noised rows (views[0], the same values) and
+        `whiten_batch` of them for each aware view in `variants`, equal to float rounding
+        (`_views`: with one block no d x K product at all, where `whiten_batch` takes two a view)."""
+        extras, rows, draw = self._batch_inputs(uploads, seeds, extras)
+        noised, sigma, views = self._privatize_rows(extras, rows, self._eager_basis(), draw, tuple(variants))
+        return [noised] + views, sigma
 
     def sigmas_batch(self, uploads, seeds=None, extras=None):
         """sigma [N, G] that `privatize_batch(uploads, seeds, extras)` gives, without drawing the

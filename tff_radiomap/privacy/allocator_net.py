@@ -67,16 +67,23 @@ def summary_statistics_projected(uploads, basis, block_of_column, group_sizes, c
     """Psi of M flat uploads [M, d] over subspace groups: blocks of the columns of `basis` V [d, K]
     (`block_of_column` [K]: the block of each column) and the residual (the last group); returns
     float32 [M, 4G + 3], laid out as `summary_statistics_batch`."""
-    sizes = tf.cast(tf.convert_to_tensor(group_sizes), tf.float32)
-    g = int(sizes.shape[0])
     u = tf.cast(uploads, tf.float32)
     coef = tf.matmul(u, basis)  # [M, K]
+    residual = u - tf.matmul(coef, basis, transpose_b=True)
+    return summary_statistics_of_parts(u, coef, residual, block_of_column, group_sizes, clip_norm, round_fraction, phase)
+
+
+def summary_statistics_of_parts(uploads, coef, residual, block_of_column, group_sizes, clip_norm: float, round_fraction, phase):
+    """`summary_statistics_projected` from the parts it computes: the uploads [M, d], their
+    coefficients V^T u [M, K] and residuals (I - V V^T) u [M, d] (for a caller that needs them too)."""
+    sizes = tf.cast(tf.convert_to_tensor(group_sizes), tf.float32)
+    g = int(sizes.shape[0])
+    u = uploads
     blocks = tf.constant(np.asarray(block_of_column, np.int32))
 
     def per_block(values):  # [M, K] -> [M, G - 1]
         return tf.transpose(tf.math.unsorted_segment_sum(tf.transpose(values), blocks, g - 1))
 
-    residual = u - tf.matmul(coef, basis, transpose_b=True)
     sq_res = tf.maximum(tf.reduce_sum(tf.square(u), axis=1) - tf.reduce_sum(tf.square(coef), axis=1), 0.0)
     sq = tf.concat([per_block(tf.square(coef)), sq_res[:, None]], axis=1)
     absum = tf.concat([per_block(tf.abs(coef)), tf.reduce_sum(tf.abs(residual), axis=1, keepdims=True)], axis=1)

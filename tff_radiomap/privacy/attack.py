@@ -179,8 +179,11 @@ class TraceCollector:
         if seeds is not None:  # Sample i, step s: seeds[i] + [0, s], as the per-sample path.
             steps = tf.range(self.steps, dtype=tf.int64)
             row_seeds = tf.reshape(seeds[:, None, :] + tf.stack([tf.zeros_like(steps), steps], axis=1)[None], [-1, 2])
-        noised, sigma = self.defense.privatize_batch(rows, row_seeds)
-        views = [noised] + [self.defense.whiten_batch(noised, self.defense.aware_weights(sigma, v)) for v in self.variants[1:]]
+        if hasattr(self.defense, "privatize_views_batch"):  # The views from the privatization's own products.
+            views, _ = self.defense.privatize_views_batch(rows, self.variants[1:], row_seeds)
+        else:
+            noised, sigma = self.defense.privatize_batch(rows, row_seeds)
+            views = [noised] + [self.defense.whiten_batch(noised, self.defense.aware_weights(sigma, v)) for v in self.variants[1:]]
         return tf.stack([fingerprint_batch(tf.reshape(v, [n, self.steps, d]), self.shapes, self.transposed) for v in views], axis=1)
 
     def _traces_fn(self, x, y, extras, seeded: bool):
@@ -234,33 +237,36 @@ class TraceCollector:
             # Sample i, step s: [seed0, seed1 * 2^20 + 8 i + s] (distinct for up to 131072 samples, 8 steps).
             seeds = np.stack([np.full(len(x), seed[0]), seed[1] * seeds_lib.SAMPLE_STRIDE + 8 * np.arange(len(x))], axis=1).astype(np.int64)
         traces = self._traces_fn(x, y, extras, seeds is not None)
+        # Each view's fingerprints [N, F], filled chunk by chunk from TensorFlow's buffers (np.asarray
+        # does not copy; `.numpy()`, a concatenation and a per-view slice would copy [N, V, F] thrice).
+        out = None
 
         def collect(rows):
-            return [
-                traces(
-                    tf.constant(x[rows[s : s + chunk]], tf.float32),
-                    tf.constant(y[rows[s : s + chunk]], tf.float32),
-                    extras,
-                    None if seeds is None else tf.constant(seeds[rows[s : s + chunk]]),
-                ).numpy()
-                for s in range(0, len(rows), chunk)
-            ]
+            nonlocal out
+            for s in range(0, len(rows), chunk):
+                part = np.asarray(
+                    traces(
+                        tf.constant(x[rows[s : s + chunk]], tf.float32),
+                        tf.constant(y[rows[s : s + chunk]], tf.float32),
+                        extras,
+                        None if seeds is None else tf.constant(seeds[rows[s : s + chunk]]),
+                    )
+                )
+                if out is None:
+                    out = [np.empty((len(x), part.shape[-1]), part.dtype) for _ in self.variants]
+                for view, values in zip(out, np.moveaxis(part, 1, 0)):
+                    view[rows[s : s + chunk]] = values
 
         if not hasattr(self.defense, "observe_map"):
-            stacked = np.concatenate(collect(np.arange(len(x))))  # float32 [N, V, F]: the attack's largest array.
+            collect(np.arange(len(x)))
         else:
             if maps is None or len(maps) != len(x):
                 raise ValueError(f"{type(self.defense).__name__} privatizes by client: collect_views needs the map id of each of the {len(x)} samples")
             owners = np.array([self.defense.owner_of(m) for m in maps])
-            stacked = None
             for owner in np.unique(owners):
-                rows = np.flatnonzero(owners == owner)
                 self.defense.observe_owner(int(owner))
-                part = np.concatenate(collect(rows))
-                if stacked is None:
-                    stacked = np.empty((len(x),) + part.shape[1:], part.dtype)
-                stacked[rows] = part
-        return {v: np.ascontiguousarray(stacked[:, i]) for i, v in enumerate(self.variants)}
+                collect(np.flatnonzero(owners == owner))
+        return dict(zip(self.variants, out))
 
 
 class LocalizationAttacker:

@@ -45,8 +45,15 @@ class UploadCollector:
         return out.stack()
 
     def collect(self, x: np.ndarray, y: np.ndarray, chunk: int = 256) -> np.ndarray:
-        parts = [self._uploads(tf.constant(x[s : s + chunk], tf.float32), tf.constant(y[s : s + chunk], tf.float32)).numpy() for s in range(0, len(x), chunk)]
-        return np.concatenate(parts)
+        out = None  # Filled from TensorFlow's buffers (np.asarray does not copy; .numpy() and a concatenation would).
+        for s in range(0, len(x), chunk):
+            part = np.asarray(self._uploads(tf.constant(x[s : s + chunk], tf.float32), tf.constant(y[s : s + chunk], tf.float32)))
+            if out is None:
+                out = np.empty((len(x), part.shape[1]), part.dtype)
+            out[s : s + len(part)] = part
+        if out is None:
+            raise ValueError("UploadCollector.collect: no samples")
+        return out
 
 
 def per_map_directions(uploads: np.ndarray, k: int) -> np.ndarray:
@@ -84,12 +91,12 @@ def leakage_basis(uploads: np.ndarray, map_of: np.ndarray, k_per_map: int) -> tu
         directions.append(per_map_directions(u, k_per_map))
         centred.append(u - u.mean(0))
     rank = len(maps) * k_per_map
-    q, r = np.linalg.qr(np.concatenate(directions, axis=1).astype(np.float64))
+    q, r = np.linalg.qr(np.concatenate(directions, axis=1, dtype=np.float64))
     if q.shape[1] < rank or np.min(np.abs(np.diag(r))) < 1e-6 * np.max(np.abs(np.diag(r))):
         q = _completed_span(np.concatenate(directions, axis=1).astype(np.float64), rank)
     # Rotate within span(V) so that the columns come in order of the within-map variance (the
     # projections in float32: the refresh's largest product, N x d x K; the rotation in float64).
-    coef = (np.concatenate(centred).astype(np.float32) @ q.astype(np.float32)).astype(np.float64)
+    coef = (np.concatenate(centred).astype(np.float32, copy=False) @ q.astype(np.float32)).astype(np.float64)
     eigval, eigvec = np.linalg.eigh(coef.T @ coef)
     order = np.argsort(eigval)[::-1]
     basis = (q @ eigvec[:, order]).astype(np.float32)
