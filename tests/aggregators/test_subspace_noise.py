@@ -1,7 +1,10 @@
 """Subspace groups and Subspace Noise against numpy references, and inside a TFF aggregation."""
 
+import os
+
 import numpy as np
 import pytest
+import tensorflow as tf
 import tensorflow_federated as tff
 from scipy import stats
 
@@ -96,7 +99,8 @@ def test_tff_process_reads_the_basis_file_and_matches_privatize(tff_runtime, tmp
     outs = []
     for f in (embedded, from_file):
         process = f.create(VALUE_TYPE)
-        out = process.next(process.initialize(), [value])
+        state = process.initialize()
+        out = process.next(state, [value, value])
         outs.append(_flat(out.result))
         m = out.measurements["defense"]
         assert float(m["budget_spent"]) == pytest.approx(float(m["budget"]), rel=1e-5)
@@ -105,10 +109,26 @@ def test_tff_process_reads_the_basis_file_and_matches_privatize(tff_runtime, tmp
     assert np.linalg.norm(noise) > 0
     v = g.basis.astype(np.float64)
     assert np.max(np.abs(noise - v @ (v.T @ noise))) < 1e-5  # share 1: all of it in span(V).
-    # A refreshed file changes the noise's span without rebuilding the process.
+    # A refreshed file changes the noise's span without rebuilding the process (the server reads
+    # it once a round for all the round's clients).
     other = _basis(40, seed=1)
     write_basis(path, other)
-    process = from_file.create(VALUE_TYPE)
-    noise = _flat(process.next(process.initialize(), [value]).result) - _flat(value)
+    noise = _flat(process.next(state, [value, value]).result) - _flat(value)
     w = other.astype(np.float64)
     assert np.max(np.abs(noise - w @ (w.T @ noise))) < 1e-5
+
+
+def test_basis_file_is_raw_float32_and_the_earlier_serialized_layout_still_reads(tmp_path):
+    from tff_radiomap.aggregators.subspace_noise import read_basis, write_tensor
+
+    v = _basis(40)
+    path = str(tmp_path / "basis.bin")
+    write_basis(path, v)
+    assert os.path.getsize(path) == 4 * v.size  # The values and nothing else.
+    np.testing.assert_array_equal(read_basis(path, v.shape).numpy(), v)
+    np.testing.assert_array_equal(tf.function(lambda: read_basis(path, v.shape))().numpy(), v)  # Traced, as the clients read it.
+    old = str(tmp_path / "old.bin")
+    write_tensor(old, v)  # Runs written before the raw layout.
+    np.testing.assert_array_equal(read_basis(old, v.shape).numpy(), v)
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        read_basis(path, (v.shape[0], v.shape[1] - 1))  # Neither layout of that shape.

@@ -13,6 +13,7 @@ import pytest
 from tff_radiomap.aggregators import aligned_noise, client_subspace_noise, subspace_noise
 from tff_radiomap.experiments import privacy_defenses, rescoring
 from tff_radiomap.experiments import privacy_radiomap as experiment
+from tff_radiomap.models.phases import Phase
 from tff_radiomap.privacy import budget as budget_lib
 
 SCORES = [m for m in privacy_defenses.ATTACK_METRICS if m != "attack_matching_seconds"]
@@ -78,12 +79,12 @@ def test_aligned_run_writes_every_owner_basis_and_allocation_and_resumes_exactly
     assert client_runs["resumed_summary"]["final_val_mse"] == pytest.approx(client_runs["straight_summary"]["final_val_mse"], rel=1e-5)
     for phase in (1, 2):
         folder = os.path.join(a, "basis", f"phase{phase}")
-        d = None
+        g = privacy_defenses.subspace_groups(cfg, Phase(phase))
+        d = g.num_coordinates
+        assert g.rank == 2
         for owner in range(5):
-            v = subspace_noise.read_basis(client_subspace_noise.owner_basis_path(folder, owner)).numpy()
-            assert v.shape[1] == 2
+            v = subspace_noise.read_basis(client_subspace_noise.owner_basis_path(folder, owner), (d, 2)).numpy()
             np.testing.assert_allclose(v.T @ v, np.eye(2), atol=1e-4)
-            d = v.shape[0]
             sigma = aligned_noise.read_sigmas(aligned_noise.owner_sigma_path(folder, owner)).numpy().astype(np.float64)
             sizes = np.array([1.0, 1.0, d - 2.0])
             assert np.sum(sizes * sigma**2) == pytest.approx(budget_lib.total_budget(d, cfg.clip_norm, cfg.noise_multiplier), rel=1e-5)

@@ -153,6 +153,7 @@ class AdaptiveSubspaceNoiseFactory(AdaptiveGroupNoiseFactory):
     set_basis = SubspaceNoiseFactory.set_basis
     _basis = SubspaceNoiseFactory._basis
     _eager_basis = SubspaceNoiseFactory._eager_basis
+    _basis_shape = SubspaceNoiseFactory._basis_shape
     _unflatten = SubspaceNoiseFactory._unflatten
 
     def basis_array(self) -> np.ndarray:

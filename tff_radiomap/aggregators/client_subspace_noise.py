@@ -113,7 +113,7 @@ class ClientSubspaceNoiseFactory(SubspaceNoiseFactory):
             return self._eager_basis()
         if extras is None or keyed.CLIENT not in extras:
             raise ValueError(f"{type(self).__name__} reads the client's basis by its key: the upload must be keyed (aggregators.keyed)")
-        return read_basis(self._owner_file(extras))
+        return read_basis(self._owner_file(extras), self._basis_shape())
 
     def _eager_basis(self):
         if self._basis_var is None:

@@ -11,8 +11,8 @@ with K sigma_s^2 = share * B and (d - K) sigma_r^2 = (1 - share) * B, B = d (C n
 budget in the subspace (the Directed Uniform of these groups).
 
 The basis is either held by the groups (`groups.basis`, embedded in the computation; fine for small
-uploads) or read at every call from `basis_path` (a `tf.io.serialize_tensor` file of V, float32
-[d, K]), so that a driver can refresh it between rounds without rebuilding the process; the
+uploads) or read at every call from `basis_path` (a `write_basis` file of V: float32 [d, K], raw),
+so that a driver can refresh it between rounds without rebuilding the process; the
 clients must see that file (true for workers on this machine).
 
 The noise is fixed (the basis comes from the twin, public, not from the client's data) and covers
@@ -46,13 +46,28 @@ def write_tensor(path: str, array: np.ndarray) -> None:
 
 
 def write_basis(path: str, basis: np.ndarray) -> None:
-    """Writes V for `basis_path`."""
-    write_tensor(path, basis)
+    """Writes V for `basis_path`, atomically: its float32 values in C order and nothing else, so
+    that a client reads it without parsing (`read_basis`; the reader knows d and K). A parsed
+    `tf.io.serialize_tensor` file, this package's earlier layout, cost a client twice the read."""
+    tmp = f"{path}.tmp"
+    np.ascontiguousarray(basis, np.float32).tofile(tmp)
+    os.replace(tmp, path)
 
 
-def read_basis(path) -> tf.Tensor:
-    """V from a `write_basis` file, as a float32 [d, K] tensor (also inside TFF computations)."""
-    return tf.io.parse_tensor(tf.io.read_file(path), tf.float32)
+def read_basis(path, shape) -> tf.Tensor:
+    """V [d, K] = `shape` from a `write_basis` file, as a float32 tensor (also inside TFF
+    computations). A file of the earlier layout (a serialized tensor, from runs written before it
+    changed) is parsed; one of another size fails there, naming the shapes."""
+    d, k = (int(n) for n in shape)
+    content = tf.io.read_file(path)
+
+    def raw():
+        return tf.reshape(tf.io.decode_raw(content, tf.float32), [d, k])
+
+    def serialized():
+        return tf.ensure_shape(tf.io.parse_tensor(content, tf.float32), [d, k])
+
+    return tf.cond(tf.equal(tf.strings.length(content), 4 * d * k), raw, serialized)
 
 
 def subspace_sigmas(groups: SubspaceGroups, budget: float, share: float) -> np.ndarray:
@@ -113,11 +128,14 @@ class SubspaceNoiseFactory(ClientPerturbationFactory):
         if self._privatizing:
             return self._eager_basis()
         if self.basis_path is not None:
-            return read_basis(self.basis_path)
+            return read_basis(self.basis_path, self._basis_shape())
         return tf.constant(self.groups.basis)
 
     def _eager_basis(self):
-        return self._basis_var if self._basis_var is not None else read_basis(self.basis_path)
+        return self._basis_var if self._basis_var is not None else read_basis(self.basis_path, self._basis_shape())
+
+    def _basis_shape(self) -> tuple[int, int]:
+        return self.groups.num_coordinates, self.groups.rank
 
     def _eager_sigmas(self):
         """The sigmas of the eager batched path (a subclass whose sigmas change between calls of

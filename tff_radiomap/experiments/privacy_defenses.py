@@ -246,6 +246,11 @@ class BasisRefresher:
         for o, sigma in (refresh["sigmas"] or {}).items():
             aligned_noise.write_sigmas(aligned_noise.owner_sigma_path(folder, o), sigma)
 
+    def _basis_shape(self, phase: Phase) -> tuple[int, int]:
+        """(d, K) of a basis file of `phase` (an owner's K under client scope)."""
+        g = subspace_groups(self.config, phase)
+        return g.num_coordinates, g.rank
+
     def _read(self, phase: Phase):
         """The last refresh of `phase`, from its files."""
         missing = "the subspace basis of the last refresh is missing; the run cannot resume exactly (start again with --overwrite)"
@@ -253,14 +258,14 @@ class BasisRefresher:
             path = basis_path(self.basis_dir, phase)
             if not os.path.exists(path):
                 raise FileNotFoundError(f"{path}: {missing}")
-            return subspace_noise.read_basis(path).numpy()
+            return subspace_noise.read_basis(path, self._basis_shape(phase)).numpy()
         folder = owner_basis_dir(self.basis_dir, phase)
         paths = [client_subspace_noise.owner_basis_path(folder, o) for o in range(self.num_owners)]
         paths += [aligned_noise.owner_sigma_path(folder, o) for o in range(self.num_owners)] if self._aligned else []
         absent = [p for p in paths if not os.path.exists(p)]
         if absent:
             raise FileNotFoundError(f"{absent[0]}: {missing}")
-        bases = {o: subspace_noise.read_basis(paths[o]).numpy() for o in range(self.num_owners)}
+        bases = {o: subspace_noise.read_basis(paths[o], self._basis_shape(phase)).numpy() for o in range(self.num_owners)}
         sigmas = {o: aligned_noise.read_sigmas(paths[self.num_owners + o]).numpy() for o in range(self.num_owners)} if self._aligned else None
         return {"bases": bases, "sigmas": sigmas}
 
