@@ -245,6 +245,22 @@ def test_adaptive_subspace_sigmas_batch_is_privatize_batchs_sigma(sigma_min):
         assert np.max(np.abs(other - sigma.numpy())) > 0
 
 
+def test_adaptive_subspace_sigmas_batch_from_given_projections():
+    """The matching attacker hands over the candidates' projections V^T u it computes for its
+    distances: the scales are those computed from the uploads alone, to float rounding."""
+    groups = _subspace_groups()
+    factory = AdaptiveSubspaceNoiseFactory(1.0, 0.5, groups, eta=_eta(groups), seed=0)
+    rows = np.stack([np.concatenate([v.ravel() for v in _upload(seed=s, scale=0.3 * (s + 1))]) for s in range(4)]).astype(np.float32)
+    clipped = rows * np.minimum(1.0, 1.0 / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+    coef = clipped @ groups.basis
+    expected = factory.sigmas_batch(tf.constant(rows)).numpy()
+    got = factory.sigmas_batch(tf.constant(clipped), coef=coef).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+    assert np.ptp(expected[:, 0]) > 0
+    wrong = factory.sigmas_batch(tf.constant(clipped), coef=np.zeros_like(coef)).numpy()  # The projections are used.
+    assert np.max(np.abs(wrong - expected)) > 1e-3
+
+
 def test_adaptive_subspace_whitening_removes_the_per_block_scales():
     groups = _subspace_groups()
     factory = AdaptiveSubspaceNoiseFactory(1.0, 0.5, groups, eta=_eta(groups), seed=0)

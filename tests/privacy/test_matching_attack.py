@@ -53,6 +53,20 @@ def test_distances_of_several_upload_sets_are_each_sets_own(model):
         np.testing.assert_allclose(np.sum(d, axis=1), np.sum((f[:, None].astype(np.float64) - c[None]) ** 2, -1).transpose(2, 0, 1), rtol=1e-6)
 
 
+def test_given_candidate_projections_give_the_distances_computed_here():
+    # An update-dependent defense's candidate scales take the candidates' projections on the
+    # basis; the distances then reuse them, to the last bit.
+    rng = np.random.default_rng(5)
+    noise = _subspace_model(40, (2, 3))
+    sets = [rng.standard_normal((n, 3, 40)).astype(np.float32) for n in (4, 2)]
+    c = rng.standard_normal((6, 3, 40)).astype(np.float32)
+    coef = ma.candidate_projections(c, noise)
+    assert coef.shape == (6, 3, 5)
+    np.testing.assert_allclose(coef, np.einsum("nsd,dk->nsk", c.astype(np.float64), noise.basis.astype(np.float64)), rtol=1e-5, atol=1e-5)
+    for given, computed in zip(ma.group_distances_of(sets, c, noise, coef), ma.group_distances_of(sets, c, noise)):
+        np.testing.assert_array_equal(given, computed)
+
+
 def test_log_likelihood_is_the_gaussian_density_with_the_defense_covariance():
     # Sigma = sum_g sigma_g^2 P_g, a per-candidate sigma (the update-dependent allocator): the
     # differences of the log density between candidates are those of scipy's.

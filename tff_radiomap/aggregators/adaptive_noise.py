@@ -270,15 +270,31 @@ class AdaptiveSubspaceNoiseFactory(AdaptiveGroupNoiseFactory):
         noised, sigma, views = self._privatize_rows(extras, rows, self._eager_basis(), draw, tuple(variants))
         return [noised] + views, sigma
 
-    def sigmas_batch(self, uploads, seeds=None, extras=None):
+    def sigmas_batch(self, uploads, seeds=None, extras=None, coef=None):
         """sigma [N, G] that `privatize_batch(uploads, seeds, extras)` gives, without drawing the
         noise it would add (the matching attacker needs only its candidates' scales). With the
         floor the allocation reads the floor-noised copy, so the floor's draw (seeded as there)
-        is still made."""
+        is still made. `coef` [N, K]: the clipped uploads' projections V^T u where the caller has
+        them (used without the floor; one d x K product of the two saved, the scales then equal
+        to float rounding)."""
         extras, rows, draw = self._batch_inputs(uploads, seeds, extras)
+        basis = self._eager_basis()
         if self.sigma_min > 0:
             rows = rows + self.sigma_min * draw(2, [tf.shape(rows)[0], self.groups.num_coordinates])
-        return self._sigmas(extras, rows, self._eager_basis())
+        elif coef is not None:
+            coef = tf.convert_to_tensor(coef, tf.float32)
+            summaries = allocator_net.summary_statistics_of_parts(
+                rows,
+                coef,
+                rows - tf.matmul(coef, basis, transpose_b=True),
+                self.groups.block_of_column(),
+                self.groups.sizes,
+                self.clip_norm,
+                self._fraction(extras),
+                extras["phase"],
+            )
+            return allocator_net.allocation(extras["eta"], summaries, self.groups.sizes, self.budget(self.groups), self.sigma_min)[2]
+        return self._sigmas(extras, rows, basis)
 
     def _batch_inputs(self, uploads, seeds, extras):
         """(extras, clipped rows [N, d], draw) of the batched eager path."""

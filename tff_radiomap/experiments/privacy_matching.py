@@ -80,13 +80,18 @@ class MatchingObserver:
                 for start in range(0, len(index), chunk):
                     rows = index[start : start + chunk]
                     clean = traces.clean(cand["x"][rows], cand["y"][rows])
+                    clipped = matching_attack.clip_uploads(clean, clip)
                     if defense is None:
                         sigma = np.zeros((len(clean), traces.steps, 1))
                     elif fixed is not None:
                         sigma = np.broadcast_to(np.asarray(fixed, np.float64), (len(clean), traces.steps, len(fixed)))
+                    elif noise.basis is not None:  # Scales that depend on the update, and projections both need.
+                        coef = matching_attack.candidate_projections(clipped, noise)
+                        yield clipped, traces.sigmas(clipped, defense, extras, seed=(round_seed, 15), coef=coef), coef
+                        continue
                     else:  # The noise scale depends on the update: each candidate's own (its noise is dropped).
                         sigma = traces.sigmas(clean, defense, extras, seed=(round_seed, 15))
-                    yield matching_attack.clip_uploads(clean, clip), sigma
+                    yield clipped, sigma
 
             def distances(index):
                 return matching_attack.MapDistances.of(

@@ -87,10 +87,12 @@ def group_distances(observed: np.ndarray, candidates: np.ndarray, noise: NoiseMo
     return group_distances_of([observed], candidates, noise)[0]
 
 
-def group_distances_of(queries, candidates: np.ndarray, noise: NoiseModel) -> list[np.ndarray]:
+def group_distances_of(queries, candidates: np.ndarray, noise: NoiseModel, candidate_coef: np.ndarray | None = None) -> list[np.ndarray]:
     """`group_distances` of each upload set [N_i, S, d] in `queries` to the same candidates: each
     step of the candidates is converted to float64, split into groups, projected and its squared
-    norms taken once for all the sets (the candidates are thousands of rows, the sets tens)."""
+    norms taken once for all the sets (the candidates are thousands of rows, the sets tens).
+    `candidate_coef` [N, S, K]: the candidates' projections on the basis where the caller has them
+    (`candidate_projections`), else computed here the same way."""
     steps, num_groups = candidates.shape[1], noise.num_groups
     outs = [np.empty((steps, num_groups, len(q), candidates.shape[0])) for q in queries]
     masks = None if noise.basis is not None or num_groups == 1 else [noise.group_of_coordinate == g for g in range(num_groups)]
@@ -106,7 +108,7 @@ def group_distances_of(queries, candidates: np.ndarray, noise: NoiseModel) -> li
                     out[s, g] = _squared_distances(f if masks is None else f[:, masks[g]], cg, c_norms)
             continue
         c_norms = np.sum(c**2, 1)
-        pc = (candidates[:, s] @ noise.basis).astype(np.float64)  # Projections in float32 (N x d x K), then float64.
+        pc = (candidate_projections(candidates[:, s], noise) if candidate_coef is None else candidate_coef[:, s]).astype(np.float64)
         pc_blocks = [(pc[:, cols], np.sum(pc[:, cols] ** 2, 1)) for cols in blocks]
         for q, f, out in zip(queries, fs, outs):
             total = _squared_distances(f, c, c_norms)
@@ -117,6 +119,15 @@ def group_distances_of(queries, candidates: np.ndarray, noise: NoiseModel) -> li
                 inside += out[s, j]
             out[s, -1] = np.maximum(total - inside, 0.0)
     return outs
+
+
+def candidate_projections(uploads: np.ndarray, noise: NoiseModel) -> np.ndarray:
+    """V^T u of uploads [N, d] or [N, S, d] on the noise model's basis, float32 [N, (S,) K] (the
+    distances' largest product, N x d x K; an update-dependent defense's scales take it too). Step
+    by step: [N, d] x [d, K] products, not N small ones that would each read all of V."""
+    if uploads.ndim == 3:
+        return np.stack([uploads[:, s] @ noise.basis for s in range(uploads.shape[1])], axis=1)
+    return uploads @ noise.basis
 
 
 def _squared_distances(a: np.ndarray, b: np.ndarray, b_norms: np.ndarray | None = None) -> np.ndarray:
@@ -231,18 +242,22 @@ class UploadTraces:
             sigma.append(np.broadcast_to(sg, (len(out), sg.shape[-1])) if sg.ndim == 1 else sg)
         return np.concatenate(noised).reshape(n, steps, d), np.concatenate(sigma).reshape(n, steps, -1).astype(np.float64)
 
-    def sigmas(self, uploads: np.ndarray, defense, extras, seed: tuple[int, int] | None, chunk: int = 64) -> np.ndarray:
+    def sigmas(self, uploads: np.ndarray, defense, extras, seed: tuple[int, int] | None, chunk: int = 64, coef: np.ndarray | None = None) -> np.ndarray:
         """sigma [N, S, G] that `privatize` gives the same uploads and seed, without the noise
         where the defense can say its scales alone (`sigmas_batch`); the same rows in the same
-        chunks, so the scales are `privatize`'s to the last bit."""
+        chunks, so the scales are `privatize`'s to the last bit. `coef` [N, S, K]: the clipped
+        uploads' projections on the defense's basis where the caller has them (the defense then
+        skips that product; the scales agree with `privatize`'s to float rounding)."""
         if not hasattr(defense, "sigmas_batch"):
             return self.privatize(uploads, defense, extras, seed, chunk)[1]
         n, steps, d = uploads.shape
         rows = uploads.reshape(n * steps, d)
+        coef = None if coef is None else coef.reshape(n * steps, -1)
         seeds = None if seed is None else self._row_seeds(seed, n, steps)
         sigma = []
         for s in range(0, n * steps, chunk):
-            sg = defense.sigmas_batch(tf.constant(rows[s : s + chunk]), None if seeds is None else tf.constant(seeds[s : s + chunk])).numpy()
+            given = {} if coef is None else {"coef": tf.constant(coef[s : s + chunk])}
+            sg = defense.sigmas_batch(tf.constant(rows[s : s + chunk]), None if seeds is None else tf.constant(seeds[s : s + chunk]), **given).numpy()
             sigma.append(np.broadcast_to(sg, (min(chunk, n * steps - s), sg.shape[-1])) if sg.ndim == 1 else sg)
         return np.concatenate(sigma).reshape(n, steps, -1).astype(np.float64)
 
@@ -308,11 +323,12 @@ class MapDistances:
     @classmethod
     def of(cls, observed, observed_coords, calibration, calibration_coords, candidate_chunks, candidate_coords, noise: NoiseModel) -> "MapDistances":
         """From observed and calibration uploads [N, S, d] and the candidates' (clipped uploads
-        [n, S, d], sigma [n, S, G]) chunk by chunk, in `candidate_coords`' order: a map's candidate
-        uploads (thousands x S x d floats) are never held at once."""
+        [n, S, d], sigma [n, S, G][, projections [n, S, K] (`candidate_projections`)]) chunk by
+        chunk, in `candidate_coords`' order: a map's candidate uploads (thousands x S x d floats)
+        are never held at once."""
         d_obs, d_cal, sigma = [], [], []
-        for uploads, sg in candidate_chunks:
-            to_observed, to_calibration = group_distances_of([observed, calibration], uploads, noise)
+        for uploads, sg, *coef in candidate_chunks:
+            to_observed, to_calibration = group_distances_of([observed, calibration], uploads, noise, *coef)
             d_obs.append(to_observed)
             d_cal.append(to_calibration)
             sigma.append(np.asarray(sg, np.float64))
