@@ -126,7 +126,9 @@ class AllocatorTrainer:
             if self._collector.model is not model:
                 raise ValueError("collector_for gave a collector of another model")
         u = self._collector.collect(x, y)
-        norm = np.linalg.norm(u.astype(np.float64), axis=1, keepdims=True)
+        # Row norms in float64, 64 rows at a time (each row's sum as over the whole array, without a
+        # float64 copy of it and numpy's two temporaries of that size).
+        norm = np.concatenate([np.linalg.norm(u[s : s + 64].astype(np.float64), axis=1, keepdims=True) for s in range(0, len(u), 64)])
         return (u * (self.factory.clip_norm / np.maximum(norm, self.factory.clip_norm))).astype(np.float32)
 
     def _basis(self):
