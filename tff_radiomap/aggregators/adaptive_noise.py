@@ -178,14 +178,18 @@ class AdaptiveSubspaceNoiseFactory(AdaptiveGroupNoiseFactory):
         for key, variables in self._observed.items():
             tf.nest.map_structure(lambda var, v: var.assign(np.asarray(v)), variables, extras[key])
 
-    def _summaries(self, extras, rows, basis):
-        return allocator_net.summary_statistics_projected(
-            rows, basis, self.groups.block_of_column(), self.groups.sizes, self.clip_norm, self._fraction(extras), extras["phase"]
-        )
+    def _sigmas(self, extras, rows, basis, coef=None):
+        """[M, G] sigma of flat clipped uploads [M, d] (rows; with the floor, already noised);
+        `coef`: their projections V^T u where the caller has them."""
+        coef = tf.matmul(rows, basis) if coef is None else coef
+        return self._allocate(extras, rows, coef, tf.matmul(coef, basis, transpose_b=True))
 
-    def _sigmas(self, extras, rows, basis):
-        """[M, G] sigma of flat clipped uploads [M, d] (rows; with the floor, already noised)."""
-        summaries = self._summaries(extras, rows, basis)
+    def _allocate(self, extras, rows, coef, inside):
+        """[M, G] sigma (Eqs. (12)-(16)) of rows [M, d] from their coefficients V^T u [M, K] and
+        their part in span(V) [M, d]."""
+        summaries = allocator_net.summary_statistics_of_parts(
+            rows, coef, rows - inside, self.groups.block_of_column(), self.groups.sizes, self.clip_norm, self._fraction(extras), extras["phase"]
+        )
         return allocator_net.allocation(extras["eta"], summaries, self.groups.sizes, self.budget(self.groups), self.sigma_min)[2]
 
     def _privatize_rows(self, extras, rows, basis, draw, variants=()):
@@ -199,10 +203,7 @@ class AdaptiveSubspaceNoiseFactory(AdaptiveGroupNoiseFactory):
             rows = rows + self.sigma_min * draw(2, [m, d])
         coef = tf.matmul(rows, basis)
         inside = tf.matmul(coef, basis, transpose_b=True)  # The rows' part in span(V).
-        summaries = allocator_net.summary_statistics_of_parts(
-            rows, coef, rows - inside, self.groups.block_of_column(), self.groups.sizes, self.clip_norm, self._fraction(extras), extras["phase"]
-        )
-        sigma = allocator_net.allocation(extras["eta"], summaries, self.groups.sizes, self.budget(self.groups), self.sigma_min)[2]
+        sigma = self._allocate(extras, rows, coef, inside)
         scale = sigma if self.sigma_min <= 0 else tf.sqrt(tf.maximum(tf.square(sigma) - self.sigma_min**2, 0.0))
         z_s = draw(0, [m, k])
         column_scale = tf.gather(scale, self.groups.block_of_column(), axis=1)
@@ -278,23 +279,9 @@ class AdaptiveSubspaceNoiseFactory(AdaptiveGroupNoiseFactory):
         them (used without the floor; one d x K product of the two saved, the scales then equal
         to float rounding)."""
         extras, rows, draw = self._batch_inputs(uploads, seeds, extras)
-        basis = self._eager_basis()
-        if self.sigma_min > 0:
-            rows = rows + self.sigma_min * draw(2, [tf.shape(rows)[0], self.groups.num_coordinates])
-        elif coef is not None:
-            coef = tf.convert_to_tensor(coef, tf.float32)
-            summaries = allocator_net.summary_statistics_of_parts(
-                rows,
-                coef,
-                rows - tf.matmul(coef, basis, transpose_b=True),
-                self.groups.block_of_column(),
-                self.groups.sizes,
-                self.clip_norm,
-                self._fraction(extras),
-                extras["phase"],
-            )
-            return allocator_net.allocation(extras["eta"], summaries, self.groups.sizes, self.budget(self.groups), self.sigma_min)[2]
-        return self._sigmas(extras, rows, basis)
+        if self.sigma_min > 0:  # The projections of the floor-noised copy are not the caller's.
+            rows, coef = rows + self.sigma_min * draw(2, [tf.shape(rows)[0], self.groups.num_coordinates]), None
+        return self._sigmas(extras, rows, self._eager_basis(), None if coef is None else tf.convert_to_tensor(coef, tf.float32))
 
     def _batch_inputs(self, uploads, seeds, extras):
         """(extras, clipped rows [N, d], draw) of the batched eager path."""
