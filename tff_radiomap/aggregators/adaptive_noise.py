@@ -221,16 +221,14 @@ class AdaptiveSubspaceNoiseFactory(AdaptiveGroupNoiseFactory):
         privatization has at hand: in exact arithmetic V^T V = I and V^T (I - V V^T) = 0, so they
         are the clipped rows' plus the noise's in span(V). With one block a view is then a sum of
         noised and inside, no product; with J blocks, one [M, K] x [K, d] product."""
-        block_of_column = self.groups.block_of_column()
         views = []
         for variant in variants:
             weights = self.aware_weights(sigma, variant)
-            w_r = weights[..., -1:]
             if len(self.groups.block_sizes) == 1:
+                w_r = weights[..., -1:]
                 views.append(w_r * noised + (weights[..., :1] - w_r) * inside)
             else:
-                w_col = tf.gather(weights, block_of_column, axis=-1)
-                views.append(w_r * noised + tf.matmul(coef * (w_col - w_r), basis, transpose_b=True))
+                views.append(self._whitened(noised, coef, weights, basis))
         return views
 
     def _fraction(self, extras):
@@ -302,9 +300,13 @@ class AdaptiveSubspaceNoiseFactory(AdaptiveGroupNoiseFactory):
     def whiten_batch(self, uploads, weights):
         """Rows of uploads [N, d] with block g scaled by weights[..., g], the residual by the last."""
         basis = self._eager_basis()
+        return self._whitened(uploads, tf.matmul(uploads, basis), weights, basis)
+
+    def _whitened(self, uploads, coef, weights, basis):
+        """w_r u + V ((w_col - w_r) * V^T u) of rows u [N, d] with coefficients V^T u = `coef`."""
         w_col = tf.gather(weights, self.groups.block_of_column(), axis=-1)
         w_r = weights[..., -1:]
-        return w_r * uploads + tf.matmul(tf.matmul(uploads, basis) * (w_col - w_r), basis, transpose_b=True)
+        return w_r * uploads + tf.matmul(coef * (w_col - w_r), basis, transpose_b=True)
 
     def whiten(self, flat, weights):
         u = tf.concat([tf.reshape(c, [-1]) for c in flat], 0)
