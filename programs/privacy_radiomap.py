@@ -202,6 +202,18 @@ def _config() -> experiment.ExperimentConfig:
     )
 
 
+def _gain_text(summary: dict) -> str:
+    """The gain's RMSE in dB, validation (best round) and test (final model); a run finished before
+    these figures existed says so."""
+    if "test" not in summary:
+        return "gain RMSE: not recorded (a run finished before the figure existed)"
+    test = summary["test"]
+    return (
+        f"gain RMSE: best round {summary['best_val_rmse_db']:.2f} dB over all pixels, {summary['best_val_outdoor_rmse_db']:.2f} dB outdoor (validation maps); "
+        f"final model on the test maps {test['mse_db']:.2f} dB MSE, {test['rmse_db']:.2f} dB RMSE, {test['outdoor_rmse_db']:.2f} dB outdoor"
+    )
+
+
 def _privacy_text(summary: dict) -> str:
     """'; max epsilon ...' of the summary's accounting ('' for a run finished before it existed)."""
     privacy = summary.get("privacy")
@@ -254,6 +266,7 @@ def main(argv):
         f"{summary['defense']}: best validation MSE {summary['best_val_mse_db']:.2f} dB (round {summary['best_round']}), "
         f"final {summary['final_val_mse_db']:.2f} dB after {summary['rounds']} rounds ({summary['train_seconds']:.0f} s of training)" + _privacy_text(summary)
     )
+    print(_gain_text(summary))
     print(f"results: {os.path.abspath(output_dir)} (metrics.csv, summary.json, config.json, {console.LOG_NAME}, tensorboard/)")
     for path in privacy_figures.paths(output_dir):
         if os.path.exists(path):

@@ -162,6 +162,14 @@ def test_overwrite_starts_a_folder_of_another_run_afresh_and_finished_runs_are_r
         experiment.run(config, out, progress=False)
     summary = experiment.run(config, out, progress=False, overwrite=True)
     assert [r["round"] for r in _rows(out)] == ["1", "2", "3"] and summary["rounds"] == 3
+    # The gain's RMSE in dB: all pixels from the MSE, outdoor from the best round's row, and the
+    # final model scored on the test maps.
+    best_row = _rows(out)[summary["best_round"] - 1]
+    assert summary["best_val_rmse_db"] == pytest.approx(reconstruction.gain_rmse_db(summary["best_val_mse"]))
+    assert float(best_row["val_rmse_db"]) == pytest.approx(summary["best_val_rmse_db"])
+    assert summary["best_val_outdoor_rmse_db"] == pytest.approx(float(best_row["val_outdoor_rmse_db"]))
+    assert summary["best_val_outdoor_rmse_db"] > summary["best_val_rmse_db"]  # Indoor pixels sit at the floor.
+    assert set(summary["test"]) == {"mse_db", "rmse_db", "outdoor_rmse_db"} and all(np.isfinite(list(summary["test"].values())))
 
     def no_training(*args):
         raise AssertionError("a finished run was trained again")

@@ -43,3 +43,32 @@ def test_each_phase_scores_its_stage_and_the_kept_coarse_maps_follow_stage_1(dat
         assert evaluator.mse(weights, Phase.STAGE1) == evaluator.mse_both(weights)[0]
     other_stage2 = NetworkWeights(first.stage1, second.stage2)  # Same stage 1, another stage 2.
     assert evaluator.mse(other_stage2, Phase.STAGE2) == pytest.approx(_numpy_mse(other_stage2, x, y)[1], rel=1e-5)
+
+
+def test_gain_rmse_in_db_is_the_normalized_rmse_times_the_encodings_span():
+    # One unit of the normalized gain spans (1 - 0.2) of -47.84 - (-147) dB (data.encoding).
+    assert reconstruction.GAIN_DB_PER_UNIT == pytest.approx(0.8 * 99.16)
+    assert reconstruction.gain_rmse_db(10 ** (-24 / 10)) == pytest.approx(5.005, abs=1e-3)
+    assert reconstruction.gain_rmse_db(0.0) == 0.0
+    with pytest.raises(ValueError, match="mse=-1"):
+        reconstruction.gain_rmse_db(-1.0)
+
+
+def test_scores_match_a_numpy_reference_over_all_and_outdoor_pixels(data):
+    x, y = data
+    x = x.copy()
+    x[..., 0] = (x[..., 0] > 0.7).astype(np.float32)  # 30 % of the pixels indoor.
+    evaluator = reconstruction.Evaluator(CONFIG, x, y, batch_size=16)
+    weights = _net_weights(3)
+    net = radiounet.build_radiounet(CONFIG)
+    weights.assign_to(net)
+    coarse, refined = (p.numpy() for p in net.wnet(x, training=False))
+    for phase, predicted in ((Phase.STAGE1, coarse), (Phase.STAGE2, refined), (Phase.JOINT, refined)):
+        scores = evaluator.scores(weights, phase)
+        reference = reconstruction.gain_errors_db(predicted, y, x)
+        outdoor = x[..., :1] < 0.5
+        assert scores["mse"] == pytest.approx(float(np.mean((predicted - y) ** 2)), rel=1e-5)
+        assert scores["outdoor_mse"] == pytest.approx(float(np.mean((predicted - y)[outdoor] ** 2)), rel=1e-5)
+        assert scores["rmse_db"] == pytest.approx(reference["rmse_db"], rel=1e-5)
+        assert scores["outdoor_rmse_db"] == pytest.approx(reference["outdoor_rmse_db"], rel=1e-5)
+        assert scores["outdoor_rmse_db"] != pytest.approx(scores["rmse_db"], rel=1e-3)

@@ -1,6 +1,7 @@
 """Pictures of one privacy-experiment run (PNG, matplotlib's Agg backend).
 
-  curves.png       validation MSE in dB against the round (the phase switch marked) and, where the
+  curves.png       validation MSE in dB against the round (the phase switch marked; the right axis
+                   reads it as the gain's RMSE in dB over all pixels) and, where the
                    attack was measured (metrics.csv column attack_rmse_m), the attacker's RMSE in m
   predictions.png  a few validation samples, one a row: buildings with the transmitter, the true
                    map, the predicted map and the error (predicted - true), in dB
@@ -24,6 +25,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from tff_radiomap.data import encoding, radiomapseer  # noqa: E402
+from tff_radiomap.metrics import reconstruction  # noqa: E402
 
 CURVES, PREDICTIONS = "curves.png", "predictions.png"
 
@@ -62,6 +64,12 @@ def curves(metrics_csv: str, path: str) -> str:
             ax.annotate("stage 2", (rounds[i] - 0.5, 1.0), xycoords=("data", "axes fraction"), fontsize=8, va="top", xytext=(3, -3), textcoords="offset points")
     ax.set(xlabel="round", ylabel="validation MSE (dB)", title="Reconstruction")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    # The same curve read as the gain's RMSE over all pixels: 79.33 dB x sqrt(MSE) (metrics.reconstruction).
+    unit = reconstruction.GAIN_DB_PER_UNIT
+    rmse_axis = ax.secondary_yaxis(
+        "right", functions=(lambda d: unit * np.power(10.0, np.asarray(d) / 20.0), lambda r: 20.0 * np.log10(np.maximum(np.asarray(r), 1e-12) / unit))
+    )
+    rmse_axis.set_ylabel("gain RMSE, all pixels (dB)")
     if measured:
         ax = axes[0, 1]
         ax.plot(*zip(*measured), marker="o", color="tab:red", label="attack (defense-unaware)")

@@ -5,14 +5,18 @@ reference) for `config.rounds` rounds and writes to `output_dir`:
 
     config.json        the full `ExperimentConfig` (a resumed run must have the same one)
     metrics.csv        one row per round: phase, train_loss, num_examples, val_mse, val_mse_db,
-                       seconds, and the aggregator's / finalizer's measurements
+                       val_rmse_db and val_outdoor_rmse_db (the gain's RMSE in dB, all and outdoor
+                       pixels; `metrics.reconstruction`), seconds, and the aggregator's / finalizer's
+                       measurements
     tensorboard/       the same values as TensorBoard scalars
     program_state/     `tff.program.FileProgramStateManager` checkpoints, one per round
     accounting/        the per-client privacy accountant saved with each checkpoint (`privacy_accounting`)
     attack_rounds/, basis_rounds/   the broadcast model of every attack round and basis refresh, for
                        scoring the attacks again without training (`attack_rounds`, programs/attack_runs)
-    summary.json       best and final validation MSE and `privacy` (max epsilon at delta 1e-5 over
-                       the clients, None where an upload had no guarantee), written when the run completes
+    summary.json       best and final validation MSE (and gain RMSE in dB), the final model's test
+                       scores (the test maps, scored once, at the end) and `privacy` (max epsilon at
+                       delta 1e-5 over the clients, None where an upload had no guarantee), written
+                       when the run completes
     curves.png, predictions.png   pictures of the finished run (`privacy_figures`); a finished
                        run found again without them gets them then
     log.txt            (programs only) the run's INFO logging, `programs/console.py`
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import csv
 import dataclasses
 import json
 import math
@@ -187,7 +192,7 @@ def run(
             privacy_accounting.save(output_dir, accountant, round_num)
             loop.run_until_complete(states.save(_to_saved(trainer, program_state), round_num))
             bar.update(1)
-            bar.set_postfix(phase=row["phase"], val_mse_db=f"{row['val_mse_db']:.2f}")
+            bar.set_postfix(phase=row["phase"], val_mse_db=f"{row['val_mse_db']:.2f}", rmse_db=f"{row['val_rmse_db']:.2f}")
             if stop_after_round is not None and stop_after_round <= round_num < config.rounds:
                 bar.close()
                 return {"stopped_after_round": round_num}
@@ -196,8 +201,16 @@ def run(
         loop.close()
         data.remove_client_files()
 
-    _write_pictures(config, output_dir, data, trainer.network_weights(program_state["trainer_state"]))
+    final_weights = trainer.network_weights(program_state["trainer_state"])
+    _write_pictures(config, output_dir, data, final_weights)
     summary = _summary(config, program_state, wall_seconds=time.monotonic() - started)
+    summary.update(_best_outdoor(output_dir, summary["best_round"]))
+    test = reconstruction.Evaluator(config.model_config(), *data.test).scores(final_weights, config.phase_for_round(config.rounds))
+    summary["test"] = {
+        "mse_db": reconstruction.mse_db(test["mse"]) if test["mse"] > 0 else float("nan"),
+        "rmse_db": test["rmse_db"],
+        "outdoor_rmse_db": test["outdoor_rmse_db"],
+    }
     summary["privacy"] = privacy_accounting.run_summary(accountant)
     run_folder.write_json(summary_path, summary)
     return summary
@@ -287,8 +300,9 @@ def _train_round(config, data, trainer, evaluator, program_state, round_num: int
         if hooks is not None:
             state, measured = hooks.train_allocator(trainer, state, round_num)
             extra.update(measured)
-    val_mse = evaluator.mse(trainer.network_weights(state), config.phase_for_round(round_num))
-    row = _metrics_row(metrics, val_mse, seconds=time.monotonic() - t0)
+    scores = evaluator.scores(trainer.network_weights(state), config.phase_for_round(round_num))
+    val_mse = scores["mse"]
+    row = _metrics_row(metrics, scores, seconds=time.monotonic() - t0)
     row.update(extra)
     if math.isfinite(val_mse) and val_mse < program_state["best_val_mse"]:
         program_state.update(best_val_mse=np.float64(val_mse), best_round=np.int32(round_num))
@@ -300,8 +314,10 @@ def _train_round(config, data, trainer, evaluator, program_state, round_num: int
     return row
 
 
-def _metrics_row(metrics, val_mse: float, seconds: float) -> collections.OrderedDict:
-    """One release: phase, train_loss, num_examples, val_mse(_db), seconds, then other measurements."""
+def _metrics_row(metrics, scores: dict, seconds: float) -> collections.OrderedDict:
+    """One release: phase, train_loss, num_examples, val_mse(_db), val_(outdoor_)rmse_db, seconds,
+    then other measurements."""
+    val_mse = scores["mse"]
     flat = flatten_metrics({k: v for k, v in metrics.items() if k != "phase"})
     row = collections.OrderedDict(
         phase=int(metrics["phase"]),
@@ -310,6 +326,8 @@ def _metrics_row(metrics, val_mse: float, seconds: float) -> collections.Ordered
         nonfinite_updates=int(flat.pop("client_work/nonfinite_updates", 0)),
         val_mse=float(val_mse),
         val_mse_db=reconstruction.mse_db(val_mse) if val_mse > 0 else float("nan"),
+        val_rmse_db=float(scores["rmse_db"]),
+        val_outdoor_rmse_db=float(scores["outdoor_rmse_db"]),
         seconds=float(seconds),
     )
     row.update(flat)
@@ -385,6 +403,25 @@ def _summary(config: ExperimentConfig, program_state, wall_seconds: float) -> di
         "best_round": int(program_state["best_round"]),
         "final_val_mse": final,
         "final_val_mse_db": reconstruction.mse_db(final),
+        "best_val_rmse_db": _rmse_db(best),
+        "final_val_rmse_db": _rmse_db(final),
         "train_seconds": float(program_state["train_seconds"]),
         "wall_seconds_this_call": wall_seconds,
     }
+
+
+def _rmse_db(mse: float) -> float:
+    return reconstruction.gain_rmse_db(mse) if math.isfinite(mse) and mse >= 0 else float("nan")
+
+
+def _best_outdoor(output_dir: str, best_round: int) -> dict:
+    """{'best_val_outdoor_rmse_db': ...} from the best round's metrics.csv row (NaN where the row or
+    its column is missing: a run resumed from rounds saved before the column existed)."""
+    value = float("nan")
+    path = os.path.join(output_dir, "metrics.csv")
+    if os.path.exists(path):
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                if int(row["round"]) == best_round and row.get("val_outdoor_rmse_db"):
+                    value = float(row["val_outdoor_rmse_db"])
+    return {"best_val_outdoor_rmse_db": value}

@@ -1,0 +1,152 @@
+"""The ceiling of the privacy experiment's model: the centralised two-stage RadioUNet trained to
+convergence, with early stopping on the validation maps.
+
+The data are split by map as the privacy experiment splits them (`radiomapseer.split_maps`, the
+same fractions and seed), and the training maps are pooled. Stage 1 trains with Adam in epochs over
+the pooled maps; after each epoch the validation MSE is taken, and training stops when it has not
+improved for `--patience` epochs (at most `--max_epochs`); the best epoch's weights are kept. Stage 2
+then trains the same way on the frozen best stage 1. Printed and written (`--output` JSON, one
+record a run): validation and test MSE in dB, the RMSE of the gain in dB over all pixels and over the
+outdoor ones, for stage 1 alone and the two-stage model, the number of parameters, the epochs and the
+wall time.
+
+    python -m bench.ceiling --width=0.25 --output=bench/operating_point/ceiling/default_w0.25.json
+    python -m bench.ceiling --data_root=/data/s192x32 --width=0.5 --output=...
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import numpy as np
+import tensorflow as tf
+from absl import app, flags
+
+from tff_radiomap.data import default_set, radiomapseer
+from tff_radiomap.metrics import reconstruction
+from tff_radiomap.models import radiounet
+from tff_radiomap.data.synthetic import write_json
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("data_root", None, "RadioMapSeer-layout root; default: the built-in default set.")
+flags.DEFINE_integer("resolution", 64, "Model resolution (pixels a side).")
+flags.DEFINE_float("width", 0.25, "RadioUNet width multiplier.")
+flags.DEFINE_integer("batch_size", 16, "Batch size.")
+flags.DEFINE_float("learning_rate", 1e-3, "Adam's learning rate.")
+flags.DEFINE_integer("patience", 8, "Epochs without a better validation MSE before a stage stops.")
+flags.DEFINE_integer("max_epochs", 150, "Epochs at most a stage.")
+flags.DEFINE_integer("seed", 0, "Split and initialisation seed (the privacy experiment's --seed).")
+flags.DEFINE_integer("maps", None, "Use only the first N maps of the set.")
+flags.DEFINE_boolean("stage2", True, "Also train stage 2 on the frozen best stage 1.")
+flags.DEFINE_string("output", None, "JSON file to append the run's record to (a list of records).")
+
+
+def _scores(predict, x: np.ndarray, y: np.ndarray, batch: int = 128) -> dict[str, float]:
+    squared, outdoor_squared, outdoor_count = 0.0, 0.0, 0.0
+    for start in range(0, len(x), batch):
+        xb, yb = x[start : start + batch], y[start : start + batch]
+        err = np.square(predict(xb).astype(np.float64) - yb)
+        outdoor = reconstruction.outdoor_mask(xb)
+        squared += float(err.mean(axis=(1, 2, 3)).sum())
+        outdoor_squared += float((err * outdoor).sum())
+        outdoor_count += float(outdoor.sum())
+    mse = squared / len(x)
+    return {
+        "mse_db": reconstruction.mse_db(mse),
+        "rmse_db": reconstruction.gain_rmse_db(mse),
+        "outdoor_rmse_db": reconstruction.gain_rmse_db(outdoor_squared / outdoor_count),
+    }
+
+
+def _train_stage(model: tf.keras.Model, inputs, y, val_inputs, val_y, seed: int) -> tuple[int, int]:
+    """Trains `model` with early stopping; keeps its best weights. Returns (best epoch, epochs run)."""
+    model.compile(optimizer=tf.keras.optimizers.Adam(FLAGS.learning_rate), loss="mse")
+    stop = tf.keras.callbacks.EarlyStopping(monitor="val_loss", patience=FLAGS.patience, restore_best_weights=True)
+    tf.keras.utils.set_random_seed(seed)
+    history = model.fit(
+        inputs,
+        y,
+        batch_size=FLAGS.batch_size,
+        epochs=FLAGS.max_epochs,
+        validation_data=(val_inputs, val_y),
+        validation_batch_size=128,
+        shuffle=True,
+        callbacks=[stop],
+        verbose=0,
+    )
+    losses = history.history["val_loss"]
+    return int(np.argmin(losses)) + 1, len(losses)
+
+
+def run() -> dict:
+    root = FLAGS.data_root or default_set.ensure_default_dataset()
+    maps = radiomapseer.RadioMapSeer(radiomapseer.LoaderConfig(root=root, resolution=FLAGS.resolution, maps=FLAGS.maps))
+    split = radiomapseer.split_maps(len(maps.map_ids), seed=FLAGS.seed)
+    train, val, test = (maps.arrays(part) for part in (split.train, split.val, split.test))
+    config = radiounet.RadioUNetConfig(resolution=FLAGS.resolution, width=FLAGS.width, stage2_output="linear")
+    tf.keras.utils.set_random_seed(FLAGS.seed)
+    net = radiounet.build_radiounet(config)
+    record = {
+        "data_root": root,
+        "maps": {"train": len(split.train), "val": len(split.val), "test": len(split.test)},
+        "samples": {"train": len(train["x"]), "val": len(val["x"]), "test": len(test["x"])},
+        "resolution": FLAGS.resolution,
+        "width": FLAGS.width,
+        "batch_size": FLAGS.batch_size,
+        "learning_rate": FLAGS.learning_rate,
+        "patience": FLAGS.patience,
+        "seed": FLAGS.seed,
+        "parameters": {"stage1": int(net.stage1.count_params()), "stage2": int(net.stage2.count_params())},
+    }
+
+    t0 = time.monotonic()
+    best, ran = _train_stage(net.stage1, train["x"], train["y"], val["x"], val["y"], FLAGS.seed)
+    stage1_predict = tf.function(lambda x: net.stage1(x, training=False))
+    record["stage1"] = {
+        "best_epoch": best,
+        "epochs": ran,
+        "seconds": time.monotonic() - t0,
+        "val": _scores(lambda x: stage1_predict(x).numpy(), val["x"], val["y"]),
+        "test": _scores(lambda x: stage1_predict(x).numpy(), test["x"], test["y"]),
+    }
+    print(f"stage 1: best epoch {best} of {ran}, val {record['stage1']['val']}", flush=True)
+
+    if FLAGS.stage2:
+        t1 = time.monotonic()
+        net.stage1.trainable = False
+        coarse = {
+            name: np.concatenate([stage1_predict(part["x"][i : i + 128]).numpy() for i in range(0, len(part["x"]), 128)])
+            for name, part in (("train", train), ("val", val), ("test", test))
+        }
+        best, ran = _train_stage(net.stage2, [train["x"], coarse["train"]], train["y"], [val["x"], coarse["val"]], val["y"], FLAGS.seed + 1)
+        stage2_predict = tf.function(lambda x, c: net.stage2([x, c], training=False))
+
+        def predictor(part):
+            return lambda xb: stage2_predict(xb, stage1_predict(xb)).numpy()
+
+        record["stage2"] = {
+            "best_epoch": best,
+            "epochs": ran,
+            "seconds": time.monotonic() - t1,
+            "val": _scores(predictor("val"), val["x"], val["y"]),
+            "test": _scores(predictor("test"), test["x"], test["y"]),
+        }
+        print(f"stage 2: best epoch {best} of {ran}, val {record['stage2']['val']}", flush=True)
+    record["seconds"] = time.monotonic() - t0
+    return record
+
+
+def main(argv):
+    del argv
+    record = run()
+    print(json.dumps(record, indent=1))
+    if FLAGS.output:
+        records = json.load(open(FLAGS.output)) if os.path.exists(FLAGS.output) else []
+        os.makedirs(os.path.dirname(os.path.abspath(FLAGS.output)), exist_ok=True)
+        write_json(FLAGS.output, records + [record])
+
+
+if __name__ == "__main__":
+    app.run(main)
