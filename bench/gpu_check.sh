@@ -6,7 +6,7 @@
 # largest relative difference of their per-round metrics (float tolerance expected). Stops itself
 # after 295 s.
 #
-#   bench/gpu_check.sh               # GPU machine (TensorFlow must see the GPU, see README "GPU")
+#   bench/gpu_check.sh               # GPU machine (TensorFlow must see the GPU, see docs/runtime.md, "GPUs")
 #   bench/gpu_check.sh --cpu_smoke   # any machine: tiny model, checks that the script runs
 #
 # Extra flags go to `python -m bench.gpu_check` (--clients, --samples, --rounds, --nocompare_tff).
