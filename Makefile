@@ -1,6 +1,6 @@
 # One-command set-up for tff_radiomap. `make demo` and `make test` work on a fresh machine:
 # they create .venv in the checkout, install the locked dependency set, then TFF with --no-deps
-# (see README, "Installation"), then this package in editable mode. A stamp file makes a
+# (see README, "Install"), then this package in editable mode. A stamp file makes a
 # re-run with unchanged requirements take seconds.
 
 PYTHON ?= python3.11

@@ -3,7 +3,7 @@
 The dependencies below are what the package really needs. They cannot be resolved by a plain
 `pip install .`: tensorflow-federated 0.87.0 pins jaxlib==0.4.14, which the package index no
 longer serves. `make venv` installs the locked set in requirements.lock, then TFF with --no-deps,
-then this package with --no-deps (see README, "Installation").
+then this package with --no-deps (see README, "Install").
 """
 
 import setuptools

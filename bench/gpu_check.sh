@@ -6,7 +6,7 @@
 # largest relative difference of their per-round metrics (float tolerance expected). Stops itself
 # after 295 s.
 #
-#   bench/gpu_check.sh               # GPU machine (TensorFlow must see the GPU, see README "GPU")
+#   bench/gpu_check.sh               # GPU machine (TensorFlow must see the GPU, see docs/runtime.md, "GPUs")
 #   bench/gpu_check.sh --cpu_smoke   # any machine: tiny model, checks that the script runs
 #
 # Extra flags go to `python -m bench.gpu_check` (--clients, --samples, --rounds, --nocompare_tff).
@@ -19,7 +19,7 @@ timeout --signal=TERM 200 "$PY" -m bench.gpu_check "$@"
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-"$PY" -m programs.make_dataset --out="$work/data" --maps=8 --transmitters=4 --size=64 --seed=3 \
+"$PY" -m programs.make_dataset --output_dir="$work/data" --maps=8 --transmitters=4 --size=64 --seed=3 \
   >"$work/make_dataset.log" 2>&1 || { cat "$work/make_dataset.log" >&2; exit 1; }
 run() {  # run PLACEMENT PROGRAM FLAGS...: the program with --client_placement=PLACEMENT, in the time left.
   local placement="$1" program="$2"; shift 2
@@ -31,7 +31,7 @@ for placement in tff in_process; do
   run "$placement" privacy_radiomap --data_root="$work/data" --resolution=64 --clients=4 --clients_per_round=2 \
     --batch_size=8 --rounds=2 --stage1_rounds=1 --noprogress --output_dir="$work/privacy_$placement"
   run "$placement" epfl_remnet --data_root="$work/data" --rounds=2 --clients_per_round=8 --local_epochs=1 \
-    --sync_period=1 --eval_every=1 --out="$work/remnet_$placement"
+    --sync_period=1 --eval_every=1 --output_dir="$work/remnet_$placement"
 done
 "$PY" - "$work" <<'PY'
 import csv, sys

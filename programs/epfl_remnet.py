@@ -1,13 +1,13 @@
 r"""Trains one method of the EPFL-REMNet comparison on one Non-IID scenario.
 
   python -m programs.epfl_remnet --scenario=heavy --method=epfl_remnet --rounds=30 \
-      --k_fraction=0.05 --bits=8 --sync_period=2 --ema_decay=0.5 --out=runs/epfl_remnet
+      --k_fraction=0.05 --bits=8 --sync_period=2 --ema_decay=0.5 --output_dir=runs/epfl_remnet
 
 Data: the built-in synthetic REM set (four base stations, one per quadrant; generated once into
 the cache), or --data_root, any RadioMapSeer-layout folder whose transmitters 0..3 of map
 --map_id are the four base stations. Writes metrics per round (CSV and TensorBoard),
 checkpoints, final.json, log.txt (INFO logging) and the pictures curves.png (RMSE and uplink per
-round) and client_rmse.png (per-client RMSE on the 10 x 9 grid) under --out/{scenario}/{method};
+round) and client_rmse.png (per-client RMSE on the 10 x 9 grid) under --output_dir/{scenario}/{method} (--out is an alias);
 rerunning with the same flags resumes a killed run after its last checkpoint (--checkpoint_every),
 and different flags for an existing folder are refused unless --overwrite. --inject_nan_client
 is a test hook (a client with NaN inputs). --k_fraction=0 disables Top-K (and error feedback),
@@ -57,7 +57,8 @@ flags.DEFINE_string("data_root", None, "RadioMapSeer-layout folder; default: the
 flags.DEFINE_integer("map_id", 0, "Map of --data_root whose transmitters 0..3 are the base stations.")
 flags.DEFINE_integer("eval_every", 5, "Evaluate every this many rounds (and after the last).")
 flags.DEFINE_integer("checkpoint_every", 5, "Save server and client states every this many rounds (and after the last); a killed run resumes from there.")
-flags.DEFINE_string("out", "runs/epfl_remnet", "Output folder.")
+flags.DEFINE_string("output_dir", "runs/epfl_remnet", "Results folder; each run goes to OUTPUT_DIR/{scenario}/{method}.")
+flags.DEFINE_alias("out", "output_dir")
 flags.DEFINE_string(
     "workers", "", "host:port,... of TFF workers (python -m programs.start_worker) to split each round's clients across; default: one local worker."
 )
@@ -69,7 +70,7 @@ flags.DEFINE_enum(
     "Top-K, quantization, aggregation and the server update are TFF computations either way. stacked: every client at once "
     "in one tf.function (epfl_stacked; what remnet_tables uses; no --workers, no --inject_nan_client). Same metrics to float tolerance.",
 )
-flags.DEFINE_bool("overwrite", False, "Delete the results already in --out/{scenario}/{method} (of any configuration) and start afresh.")
+flags.DEFINE_bool("overwrite", False, "Delete the results already in --output_dir/{scenario}/{method} (of any configuration) and start afresh.")
 flags.DEFINE_string(
     "inject_nan_client",
     "",
@@ -99,7 +100,7 @@ def validate() -> None:
     common.require(injection is None or injection[1] < 90, "inject_nan_client", FLAGS.inject_nan_client, "ROUND:CLIENT with CLIENT in 0..89")
     common.worker_addresses(FLAGS.workers)
     common.data_root(FLAGS.data_root)
-    common.require_writable_dir(FLAGS.out, "out")
+    common.require_writable_dir(FLAGS.output_dir, "output_dir")
 
 
 # Configuration fields whose flag has another name.
@@ -146,8 +147,8 @@ def main(argv):
         common.fail(f"--data_root={FLAGS.data_root!r} --map_id={FLAGS.map_id}: {exc}")
     method = remnet_methods.method(FLAGS.method, base_config())
     run = run_config()
-    run_dir = os.path.join(FLAGS.out, FLAGS.scenario, FLAGS.method)
-    common.require_writable_dir(run_dir, "out")
+    run_dir = os.path.join(FLAGS.output_dir, FLAGS.scenario, FLAGS.method)
+    common.require_writable_dir(run_dir, "output_dir")
     console.log_to(run_dir)
     overwrite = FLAGS.overwrite
 
@@ -163,7 +164,7 @@ def main(argv):
     try:
         final = common.run_federated(train, common.worker_addresses(FLAGS.workers))
     except rem_runner.RunFolderConflict as exc:
-        common.refuse_other_run("out", FLAGS.out, exc)
+        common.refuse_other_run("output_dir", FLAGS.output_dir, exc)
     print(
         f"{FLAGS.method} on {FLAGS.scenario}: macro RMSE {final['macro_rmse']:.3f} dB, micro {final['micro_rmse']:.3f} dB, "
         f"uplink {final['cum_uplink_mb']:.2f} MB over {final['rounds']} rounds ({final['wall_s']:.0f} s)"

@@ -25,8 +25,8 @@ validation MSE, a line per method across nu).
                       its F=, comma-separated). Fields with a flag of their own (rounds,
                       attack_every, clip_norm, fresh_noise, data_root) and those of the grid
                       (defense, seed, noise_multiplier) are refused there. stage1_rounds defaults to rounds // 2.
-  --fresh_noise       unseeded defense noise in every run (the deployment setting; see the README's
-                      "Noise seeds and epsilon"): not reproducible, a resume is not bit-exact.
+  --fresh_noise       unseeded defense noise in every run (the deployment setting; see docs/privacy.md,
+                      "Epsilon and noise seeds"): not reproducible, a resume is not bit-exact.
   --report_only       write the front from the finished run folders present, naming the missing
                       ones; runs nothing.
   --stop_after_round=N  stop every run after round N (saved) and write no front; the same command

@@ -1,7 +1,7 @@
 r"""Every run behind EPFL-REMNet's tables and figures, then the tables (CSV + Markdown) and PNGs.
 
-  python -m programs.remnet_tables --out=bench/remnet_tables
-  python -m programs.remnet_tables --tune --out=bench/remnet_tables   # the validation sweep
+  python -m programs.remnet_tables --output_dir=bench/remnet_tables
+  python -m programs.remnet_tables --tune --output_dir=bench/remnet_tables   # the validation sweep
 
 Per test split (random, block), seed (0, 1, 2) and scenario (light, medium, heavy): EPFL-REMNet,
 FedAvg, pFedGP, FedRep, Ditto and uncompressed personalized FL (= FedPer); on the block split
@@ -10,9 +10,9 @@ of the heavy scenario (--detail_splits, --detail_scenarios) also the five ablati
 (`tff_radiomap.learning.epfl_stacked`, equal to the TFF process to float tolerance). Every
 hyperparameter default and the round budget were chosen on validation pixels by `--tune`
 (`tff_radiomap.experiments.remnet_tuning`; bench/RESULTS.md). Runs are resumable (each in
---out/runs/{split}/seed{S}/{scenario}/{label}); rerunning skips finished runs and redoes only the
+--output_dir/runs/{split}/seed{S}/{scenario}/{label}); rerunning skips finished runs and redoes only the
 tables. Writes main, per_bs, ablation, pareto and checks tables, convergence.png, pareto.png,
-boxplot.png and summary.json (configuration, wall time) to --out. FedFly is left out by default
+boxplot.png and summary.json (configuration, wall time) to --output_dir (--out is an alias). FedFly is left out by default
 (its training equals FedAvg's; --methods can add it).
 """
 
@@ -39,7 +39,8 @@ from tff_radiomap.runtime import run_folder, threads
 
 FLAGS = flags.FLAGS
 ROUND_BUDGET = remnet_tables.ROUND_BUDGET
-flags.DEFINE_string("out", "runs/remnet_tables", "Output folder.")
+flags.DEFINE_string("output_dir", "runs/remnet_tables", "Results folder: the runs (OUTPUT_DIR/runs/...), the tables and figures.")
+flags.DEFINE_alias("out", "output_dir")
 flags.DEFINE_integer("rounds", ROUND_BUDGET, "Communication rounds of every run (the same for all methods; chosen on validation curves).")
 flags.DEFINE_integer("clients_per_round", 90, "Clients trained per round (of 90).")
 flags.DEFINE_integer("eval_every", 5, "Evaluate every this many rounds (and after the last).")
@@ -65,7 +66,7 @@ flags.DEFINE_string(
 flags.DEFINE_bool(
     "report_only",
     False,
-    "Only write the tables and figures of the runs already finished in --out (no training); a partial table says how many seeds stand behind each row.",
+    "Only write the tables and figures of the runs already finished in --output_dir (no training); a partial table says how many seeds stand behind each row.",
 )
 flags.DEFINE_bool("tune", False, "Run the validation sweep (remnet_tuning.GRID) on --tune_scenario, block split, seed 0, and write tuning.csv/md; no tables.")
 flags.DEFINE_string("tune_scenario", "heavy", "Scenario of the validation sweep.")
@@ -80,7 +81,7 @@ flags.DEFINE_list("pareto_k", ["0.01", "0.05", "0.2"], "k_fraction values of the
 flags.DEFINE_list("pareto_r", ["1", "2"], "Sync periods R of the Pareto grid.")
 flags.DEFINE_string("data_root", None, "RadioMapSeer-layout folder; default: the built-in synthetic REM set.")
 flags.DEFINE_integer("map_id", 0, "Map of --data_root whose transmitters 0..3 are the base stations.")
-flags.DEFINE_bool("overwrite", False, "Delete the results of every planned run in --out (of any configuration) and run them afresh.")
+flags.DEFINE_bool("overwrite", False, "Delete the results of every planned run in --output_dir (of any configuration) and run them afresh.")
 
 
 def _items(flag, kind=str, expected=""):
@@ -136,17 +137,17 @@ def tables_config():
 def tune(config) -> None:
     """The validation sweep: tuning.csv (every candidate's validation curve) and tuning.md."""
     data = dataclasses.replace(config.data, test_split="block", seed=0)
-    rows = remnet_tuning.run_sweep(FLAGS.out, data, FLAGS.tune_scenario, FLAGS.tune_rounds, base=config.base, methods=tuple(FLAGS.tune_methods))
+    rows = remnet_tuning.run_sweep(FLAGS.output_dir, data, FLAGS.tune_scenario, FLAGS.tune_rounds, base=config.base, methods=tuple(FLAGS.tune_methods))
     chosen = remnet_tuning.choose(rows)
     budget = remnet_tuning.round_budget(rows, chosen)
     last = [dict(r, chosen=r["label"] in chosen.values()) for r in rows if r["round"] == FLAGS.tune_rounds]
-    remnet_tables.write_table(rows, os.path.join(FLAGS.out, "tuning_curves"), "Validation curves of the sweep")
+    remnet_tables.write_table(rows, os.path.join(FLAGS.output_dir, "tuning_curves"), "Validation curves of the sweep")
     remnet_tables.write_table(
         last,
-        os.path.join(FLAGS.out, "tuning"),
+        os.path.join(FLAGS.output_dir, "tuning"),
         f"Validation sweep ({FLAGS.tune_scenario}, block split, seed 0, {FLAGS.tune_rounds} rounds); round budget {budget}",
     )
-    with open(os.path.join(FLAGS.out, "tuning.md")) as f:
+    with open(os.path.join(FLAGS.output_dir, "tuning.md")) as f:
         print(f.read())
     print(f"chosen: {chosen}; round budget (every chosen method within 2% of its best validation RMSE): {budget}")
 
@@ -156,7 +157,7 @@ def _run_children(jobs: int) -> None:
     (`threads.thread_limits`), the children claiming runs from one shared plan
     (`remnet_tables.claim`); exit 1 if one fails."""
     args = [a for a in sys.argv[1:] if not a.startswith(("--jobs", "--shard", "--claims", "--overwrite", "--nooverwrite"))]
-    claims = tempfile.mkdtemp(prefix=".claims-", dir=FLAGS.out)  # Fresh per invocation: a killed one's claims do not count.
+    claims = tempfile.mkdtemp(prefix=".claims-", dir=FLAGS.output_dir)  # Fresh per invocation: a killed one's claims do not count.
     env = {**os.environ, **threads.thread_limits(jobs)}
     try:
         children = [
@@ -173,41 +174,43 @@ def _run_children(jobs: int) -> None:
 def main(argv):
     common.reject_extra_args(argv)
     config = tables_config()
-    common.require_writable_dir(FLAGS.out, "out")
+    common.require_writable_dir(FLAGS.output_dir, "output_dir")
 
     start = time.monotonic()
     if FLAGS.overwrite:
         for planned in remnet_tables.plan(config):
-            run_folder.clear(planned.run_dir(FLAGS.out), rem_runner.RUN_FILES)
+            run_folder.clear(planned.run_dir(FLAGS.output_dir), rem_runner.RUN_FILES)
     try:
         if FLAGS.tune:
             return common.supervised(lambda: tune(config), runtime.install_local_context())
         if FLAGS.shard:
             shard = tuple(int(v) for v in FLAGS.shard.split("/"))
             # Nothing returned: absl's app.run exits with main's return value (a dict would exit 1).
-            common.supervised(lambda: remnet_tables.run_all(config, FLAGS.out, shard=shard, claims_dir=FLAGS.claims or None), runtime.install_local_context())
+            common.supervised(
+                lambda: remnet_tables.run_all(config, FLAGS.output_dir, shard=shard, claims_dir=FLAGS.claims or None), runtime.install_local_context()
+            )
             return None
         if FLAGS.jobs > 1 and not FLAGS.report_only:
             _run_children(FLAGS.jobs)
         if FLAGS.report_only or FLAGS.jobs > 1:
-            results = remnet_tables.run_all(config, FLAGS.out, train=False)
+            results = remnet_tables.run_all(config, FLAGS.output_dir, train=False)
         else:
-            results = common.supervised(lambda: remnet_tables.run_all(config, FLAGS.out), runtime.install_local_context())
+            results = common.supervised(lambda: remnet_tables.run_all(config, FLAGS.output_dir), runtime.install_local_context())
     except DataLayoutError as exc:
         common.fail(f"--data_root={FLAGS.data_root!r}: {exc}")
     except rem_runner.RunFolderConflict as exc:
-        common.refuse_other_run("out", FLAGS.out, exc)
+        common.refuse_other_run("output_dir", FLAGS.output_dir, exc)
     tables = remnet_tables.build_tables(config, results)
     markdown = []
     for name, rows in tables.items():
         if not rows:  # A partial run (--report_only) may not have reached these runs yet.
             print(f"table {name}: no finished run behind it yet")
             continue
-        stem = os.path.join(FLAGS.out, name)
+        stem = os.path.join(FLAGS.output_dir, name)
         remnet_tables.write_table(rows, stem, remnet_tables.TITLES[name])
         with open(stem + ".md") as f:
             markdown.append(f.read())
-    figures = remnet_figures.write_figures(config, results, FLAGS.out)
+    figures = remnet_figures.write_figures(config, results, FLAGS.output_dir)
     summary = {
         "config": dataclasses.asdict(config),
         "program_wall_s": time.monotonic() - start,
@@ -217,10 +220,10 @@ def main(argv):
         "report_only": FLAGS.report_only,
         "figures": figures,
     }
-    with open(os.path.join(FLAGS.out, "summary.json"), "w") as f:
+    with open(os.path.join(FLAGS.output_dir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2, default=str)
     print("\n".join(markdown))
-    print(f"{summary['runs']} runs; program wall time {summary['program_wall_s']:.0f} s; outputs in {FLAGS.out}")
+    print(f"{summary['runs']} runs; program wall time {summary['program_wall_s']:.0f} s; outputs in {FLAGS.output_dir}")
 
 
 if __name__ == "__main__":

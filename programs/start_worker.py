@@ -6,7 +6,7 @@ Prints the address the worker listens on, then waits. SIGTERM or SIGINT (Ctrl-C)
 and ends the program; if the worker dies, the program ends with status 1. The worker's own log
 goes to --log (default: a temporary file, whose path is printed). The worker listens on all
 interfaces and speaks unauthenticated, unencrypted gRPC: anyone who can reach the port can run
-code in it. Start it on a private network only (see README, "Several machines").
+code in it. Start it on a private network only (see docs/runtime.md, "Several machines").
 """
 
 import os

@@ -104,7 +104,7 @@ CASES = {
         (["--workers=nohost"], "--workers='nohost': --workers entry 'nohost': expected host:port"),
         (["--data_root=" + MISSING], f"--data_root='{MISSING}': expected an existing folder"),
         (["--data_root={flat}"], "it lacks png/buildings_complete/"),
-        (["--out={unwritable}"], "--out='{unwritable}': cannot create the folder"),
+        (["--out={unwritable}"], "--output_dir='{unwritable}': cannot create the folder"),  # --out: an alias.
         (["--client_placement=gpu"], "--client_placement=gpu: value should be one of <tff|in_process|stacked>"),
         (["--method=fedrep"], "--method='fedrep': expected --client_placement=stacked for FedRep and Ditto"),
         (["--test_split=diagonal"], "--test_split='diagonal': expected one of"),
@@ -134,7 +134,7 @@ CASES = {
         (["--shard=2/2"], "--shard='2/2': expected I/N with 0 <= I < N"),
         (["--data_root=" + MISSING], f"--data_root='{MISSING}': expected an existing folder"),
         (["--data_root={flat}"], "it lacks png/buildings_complete/"),
-        (["--out={unwritable}"], "cannot create the folder"),
+        (["--output_dir={unwritable}"], "--output_dir='{unwritable}': cannot create the folder"),
     ],
     "make_dataset": [
         (["--maps=0"], "--maps=0: expected an integer >= 1"),
@@ -142,16 +142,16 @@ CASES = {
         (["--simulation=a/b"], "--simulation='a/b': expected a folder name"),
         (["--seed=-1"], "--seed=-1: expected an integer >= 0"),
         (["--workers=0"], "--workers=0: expected an integer >= 1"),
-        (["--out={unwritable}"], "--out='{unwritable}': cannot create the folder"),
+        (["--output_dir={unwritable}"], "--output_dir='{unwritable}': cannot create the folder"),
     ],
 }
 # Each program's flags that make a run start (so that every case changes only one thing).
 BASE = {
     "privacy_radiomap": ["--data_root={good}", "--output_dir={out}/p", "--resolution=32", "--clients=1", "--clients_per_round=1", "--rounds=4"],
     "privacy_table": ["--data_root={good}", "--output_dir={out}/t", "--rounds=4"],
-    "epfl_remnet": ["--data_root={good}", "--out={out}/e", "--rounds=8"],
-    "remnet_tables": ["--data_root={good}", "--out={out}/r", "--rounds=4", "--jobs=1"],
-    "make_dataset": ["--out={out}/d", "--maps=1", "--size=32"],
+    "epfl_remnet": ["--data_root={good}", "--output_dir={out}/e", "--rounds=8"],
+    "remnet_tables": ["--data_root={good}", "--output_dir={out}/r", "--rounds=4", "--jobs=1"],
+    "make_dataset": ["--output_dir={out}/d", "--maps=1", "--size=32"],
 }
 
 

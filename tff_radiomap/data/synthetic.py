@@ -212,7 +212,7 @@ def prepare_root(root: str, spec: DatasetSpec, config: PropagationConfig = Propa
         if existing != record:
             raise ValueError(
                 f"{root} already holds a synthetic data set made with {existing['spec']}; "
-                f"asked for {record['spec']}. Use --overwrite to replace it, or another --out."
+                f"asked for {record['spec']}. Use --overwrite to replace it, or another --output_dir."
             )
     else:
         write_json(path, record, indent=2)  # A kill leaves the spec whole or absent.

@@ -15,7 +15,7 @@ fingerprint, Eq. (7)), from the phase's uploaded model at the current global wei
 Cost: maps * positions single-sample steps and one [d, K] QR per refresh; V is K * d float32
 (K = 384, d = 125098 at the CPU default: 192 MB), written to a file the clients read inside the
 TFF computation. For full-size models (d ~ 10^7) per-layer blocks or a randomized sketch would be
-needed; see README, "Where does my model leak?".
+needed; see docs/privacy.md, "Defenses".
 """
 
 from __future__ import annotations
