@@ -46,6 +46,15 @@ flags.DEFINE_enum("client_optimizer", _DEFAULTS.client_optimizer, ["adam", "sgd"
 flags.DEFINE_float("client_learning_rate", _DEFAULTS.client_learning_rate, "Client learning rate.")
 flags.DEFINE_enum("server_optimizer", _DEFAULTS.server_optimizer, ["adam", "sgd"], "Server optimizer.")
 flags.DEFINE_float("server_learning_rate", _DEFAULTS.server_learning_rate, "Server learning rate.")
+flags.DEFINE_enum(
+    "server_lr_schedule",
+    _DEFAULTS.server_lr_schedule,
+    list(experiment.SERVER_LR_SCHEDULES),
+    "The server's learning rate over a phase's rounds: constant, or cosine (down to --server_lr_final of it at the phase's last round).",
+)
+flags.DEFINE_float(
+    "server_lr_final", _DEFAULTS.server_lr_final, "With --server_lr_schedule=cosine: the rate at a phase's last round, as a fraction of --server_learning_rate."
+)
 flags.DEFINE_integer("seed", _DEFAULTS.seed, "Seed of the split, partition, sampling, shuffling and initial weights.")
 flags.DEFINE_string("defense", _DEFAULTS.defense, f"One of: {', '.join(sorted(experiment.DEFENSES))}.")
 flags.DEFINE_float("clip_norm", _DEFAULTS.clip_norm, "L2 clipping norm C of the privacy defenses.")
@@ -162,6 +171,8 @@ def _config() -> experiment.ExperimentConfig:
         client_learning_rate=FLAGS.client_learning_rate,
         server_optimizer=FLAGS.server_optimizer,
         server_learning_rate=FLAGS.server_learning_rate,
+        server_lr_schedule=FLAGS.server_lr_schedule,
+        server_lr_final=FLAGS.server_lr_final,
         seed=FLAGS.seed,
         defense=FLAGS.defense,
         centralised=FLAGS.centralised,

@@ -96,6 +96,25 @@ def test_a_round_equals_the_local_training_the_attack_uses(two_stage, initial, c
         np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-6)
 
 
+def test_a_scheduled_server_rate_scales_the_round_s_update(two_stage, initial, clients):
+    """Server SGD: the round applies rate x the mean update; the schedule sets the rate per round."""
+    data = [_dataset(*c) for c in clients]
+    full, _ = two_stage.next(two_stage.initialize(), 1, data)
+    scheduled = rp.PhasedProcess(two_stage.processes, two_stage.phase_for_round, initial, two_stage.client_weighting, server_learning_rate=lambda r: 0.25)
+    state, metrics = scheduled.next(scheduled.initialize(), 1, data)
+    assert metrics["server_learning_rate"] == 0.25
+    for got, whole, start in zip(scheduled.network_weights(state).stage1, two_stage.network_weights(full).stage1, initial.stage1):
+        np.testing.assert_allclose(got - start, 0.25 * (whole - start), rtol=1e-3, atol=1e-7)
+
+
+def test_the_cosine_schedule_runs_from_the_base_to_its_final_fraction():
+    rate = rp.cosine_schedule(2.0, 0.1, first=11, last=21)
+    assert rate(11) == pytest.approx(2.0) and rate(16) == pytest.approx(2.0 * (0.1 + 0.9 * 0.5)) and rate(21) == pytest.approx(0.2)
+    assert rp.cosine_schedule(2.0, 0.1, first=5, last=5)(5) == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="final_fraction=1.5"):
+        rp.cosine_schedule(1.0, 1.5, 1, 2)
+
+
 @pytest.mark.parametrize("aggregator", ["weighted", "unweighted"])
 def test_fedsgd_takes_one_step_on_the_full_local_gradients(tff_runtime, initial, clients, aggregator):
     if aggregator == "weighted":  # A weighted factory with measurements of its own; the norm clips nothing.

@@ -15,6 +15,7 @@ from tff_radiomap.models.phases import Phase
 from tff_radiomap.runtime import nan_injection
 
 ADAPTIVE_PARTITIONS = ("paper", "leakage")
+SERVER_LR_SCHEDULES = ("constant", "cosine")
 BASIS_SCOPES = ("federation", "client")
 
 
@@ -39,6 +40,11 @@ class ExperimentConfig:
     client_learning_rate: float = 1e-3
     server_optimizer: str = "sgd"
     server_learning_rate: float = 1.0
+    # The server's learning rate over the rounds: "constant", or "cosine": from server_learning_rate
+    # at a phase's first round down to server_lr_final times it at the phase's last (each phase
+    # anew; `radiounet_process.cosine_schedule`).
+    server_lr_schedule: str = "constant"
+    server_lr_final: float = 0.1
     seed: int = 0
     defense: str = "none"
     centralised: bool = False  # Train the centralised reference instead of the federated system.
@@ -111,6 +117,8 @@ class ExperimentConfig:
             (self.batch_size >= 1, "batch_size", "an integer >= 1"),
             (self.client_optimizer in ("adam", "sgd"), "client_optimizer", "'adam' or 'sgd'"),
             (self.server_optimizer in ("adam", "sgd"), "server_optimizer", "'adam' or 'sgd'"),
+            (self.server_lr_schedule in SERVER_LR_SCHEDULES, "server_lr_schedule", f"one of {SERVER_LR_SCHEDULES}"),
+            (math.isfinite(self.server_lr_final) and 0 <= self.server_lr_final <= 1, "server_lr_final", "a number in [0, 1]"),
             (math.isfinite(self.client_learning_rate) and self.client_learning_rate > 0, "client_learning_rate", "a positive number"),
             (math.isfinite(self.server_learning_rate) and self.server_learning_rate > 0, "server_learning_rate", "a positive number"),
             (self.seed >= 0, "seed", "an integer >= 0"),
@@ -152,6 +160,24 @@ class ExperimentConfig:
 
     def model_config(self) -> radiounet.RadioUNetConfig:
         return radiounet.RadioUNetConfig(resolution=self.resolution, width=self.width, stage2_output=self.stage2_output)
+
+    def phase_rounds(self, phase: Phase) -> tuple[int, int]:
+        """(first, last) round of `phase` in this run."""
+        if phase == Phase.STAGE1:
+            return 1, self.stage1_rounds
+        if phase == Phase.STAGE2:
+            return self.stage1_rounds + 1, self.rounds
+        return 1, self.rounds
+
+    def server_learning_rate_schedule(self):
+        """Round -> the server's learning rate, or None for a constant rate (`server_lr_schedule`)."""
+        if self.server_lr_schedule == "constant":
+            return None
+        schedules = {}
+        for phase in {self.phase_for_round(r) for r in (1, self.rounds)}:
+            first, last = self.phase_rounds(phase)
+            schedules[phase] = radiounet_process.cosine_schedule(self.server_learning_rate, self.server_lr_final, first, last)
+        return lambda round_num: schedules[self.phase_for_round(round_num)](round_num)
 
     def phase_for_round(self, round_num: int) -> Phase:
         if DEFENSES[self.defense].protocol == "fedsgd":

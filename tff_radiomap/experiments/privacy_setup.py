@@ -27,7 +27,12 @@ def build_trainer(config: ExperimentConfig, data: federated_data.FederatedRadioM
         return centralised.CentralisedReference(model_config, initial, data.pooled_train(), config.phase_for_round, client_opt, config.batch_size, config.seed)
     server_opt = radiounet_process.build_optimizer(config.server_optimizer, config.server_learning_rate)
     defense = DEFENSES[config.defense]
-    data_path = dict(batch_size=config.batch_size, data_by_reference=data_by_reference and not config.nan_injection(), client_placement=config.client_placement)
+    data_path = dict(
+        batch_size=config.batch_size,
+        data_by_reference=data_by_reference and not config.nan_injection(),
+        client_placement=config.client_placement,
+        server_learning_rate=config.server_learning_rate_schedule(),
+    )
     if defense.protocol == "fedsgd":
         aggregator = defense.model_aggregator(config, Phase.JOINT, basis_dir)
         return radiounet_process.build_fedsgd_process(model_config, initial, client_opt, server_opt, aggregator, **data_path)

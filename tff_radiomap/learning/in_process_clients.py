@@ -100,6 +100,13 @@ class InProcessClientsProcess:
             finalizer=self._finalizer.initialize(),
         )
 
+    def get_hparams(self, state) -> collections.OrderedDict:
+        """As a composed learning process's: the client work has none here; the finalizer's."""
+        return collections.OrderedDict(client_work=collections.OrderedDict(), finalizer=self._finalizer.get_hparams(state.finalizer))
+
+    def set_hparams(self, state, hparams):
+        return state._replace(finalizer=self._finalizer.set_hparams(state.finalizer, hparams["finalizer"]))
+
     def set_model_weights(self, state, weights: tff.learning.models.ModelWeights):
         return state._replace(global_model_weights=weights)
 

@@ -132,7 +132,10 @@ class PhasedProcess:
     the phase process's metrics (`client_work`, `aggregator`, `finalizer`, `distributor`). `client_weighting[phase]`
     is 'num_examples' (Eq. (5)) or 'uniform' (an unweighted aggregator). With `client_placement`
     'in_process' the phase processes are `InProcessClientsProcess`es and the client data are
-    numpy samples (`round_data`).
+    numpy samples (`round_data`). With `server_learning_rate` (round -> rate) the server
+    optimizer's learning rate is set to that rate before each round (a schedule: a pure function
+    of the round, so a resumed run sets what an uninterrupted one set), and the round's metrics
+    hold it as `server_learning_rate`.
     """
 
     def __init__(
@@ -143,8 +146,10 @@ class PhasedProcess:
         client_weighting: dict[Phase, str],
         data_by_reference: bool = False,
         client_placement: str = "tff",
+        server_learning_rate: Callable[[int], float] | None = None,
     ):
         self.processes = processes
+        self.server_learning_rate = server_learning_rate
         self.phase_for_round = phase_for_round
         self.initial = initial
         self.client_weighting = client_weighting
@@ -175,9 +180,15 @@ class PhasedProcess:
         phase = self.phase_for_round(round_num)
         if phase != Phase(int(state["phase"])):
             state = self._enter(phase, state)
-        output = self.processes[phase].next(state["learning"], list(client_data))
+        learning = state["learning"]
+        if self.server_learning_rate is not None:
+            rate = float(self.server_learning_rate(round_num))
+            learning = set_server_learning_rate(self.processes[phase], learning, rate)
+        output = self.processes[phase].next(learning, list(client_data))
         metrics = collections.OrderedDict(phase=int(phase))
         metrics.update(output.metrics)
+        if self.server_learning_rate is not None:
+            metrics["server_learning_rate"] = rate
         return collections.OrderedDict(phase=int(phase), learning=output.state), metrics
 
     def warm_up(self, phases, client_data: Sequence) -> None:
@@ -212,6 +223,27 @@ class PhasedProcess:
         return self.to_program_state(collections.OrderedDict(phase=int(phase), learning=self.processes[phase].initialize()))
 
 
+def set_server_learning_rate(process, state, rate: float):
+    """`state` of `process` (a learning process, or `InProcessClientsProcess`) with the server
+    optimizer's learning rate set to `rate` (through the process's hyperparameters)."""
+    hparams = process.get_hparams(state)
+    hparams["finalizer"]["learning_rate"] = np.asarray(rate, np.asarray(hparams["finalizer"]["learning_rate"]).dtype)
+    return process.set_hparams(state, hparams)
+
+
+def cosine_schedule(base: float, final_fraction: float, first: int, last: int) -> Callable[[int], float]:
+    """Round -> rate: `base` at round `first`, decaying on a half cosine to `final_fraction * base`
+    at round `last` (constant `base` where first == last)."""
+    if not 0 <= final_fraction <= 1:
+        raise ValueError(f"final_fraction={final_fraction!r}: expected a number in [0, 1]")
+
+    def rate(round_num: int) -> float:
+        progress = 0.0 if last <= first else min(max((round_num - first) / (last - first), 0.0), 1.0)
+        return base * (final_fraction + (1.0 - final_fraction) * 0.5 * (1.0 + np.cos(np.pi * progress)))
+
+    return rate
+
+
 def build_two_stage_process(
     config: radiounet.RadioUNetConfig,
     initial: NetworkWeights,
@@ -222,13 +254,15 @@ def build_two_stage_process(
     batch_size: int | None = None,
     data_by_reference: bool = False,
     client_placement: str = "tff",
+    server_learning_rate: Callable[[int], float] | None = None,
 ) -> PhasedProcess:
     """No Defense's protocol: stage 1 for rounds 1..`stage1_rounds`, then stage 2 (stage 1 frozen).
 
     `model_aggregator` is one factory for both phases, or {Phase.STAGE1: f1, Phase.STAGE2: f2}
     when the aggregation depends on which stage is uploaded (None: the weighted mean).
     `batch_size`, `data_by_reference`: see `build_phase_process`; `client_placement`: 'tff' or
-    'in_process' (see `_placed_phase_process`; needs an integer `batch_size`).
+    'in_process' (see `_placed_phase_process`; needs an integer `batch_size`);
+    `server_learning_rate`: a schedule (see `PhasedProcess`).
     """
     if stage1_rounds < 0:
         raise ValueError(f"stage1_rounds={stage1_rounds}: expected >= 0")
@@ -262,6 +296,7 @@ def build_two_stage_process(
         {p: as_weighted(factories[p])[1] for p in phases},
         data_by_reference,
         client_placement,
+        server_learning_rate,
     )
 
 
@@ -274,6 +309,7 @@ def build_fedsgd_process(
     batch_size: int | None = None,
     data_by_reference: bool = False,
     client_placement: str = "tff",
+    server_learning_rate: Callable[[int], float] | None = None,
 ) -> PhasedProcess:
     """FedSGD: each client takes one step on its full local gradient; both stages, every round."""
     process = _placed_phase_process(
@@ -295,6 +331,7 @@ def build_fedsgd_process(
         {Phase.JOINT: as_weighted(model_aggregator)[1]},
         data_by_reference,
         client_placement,
+        server_learning_rate,
     )
 
 
