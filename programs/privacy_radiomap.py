@@ -27,7 +27,14 @@ from tff_radiomap.experiments import privacy_radiomap as experiment  # noqa: E40
 
 FLAGS = flags.FLAGS
 _DEFAULTS = experiment.ExperimentConfig(data_root="")
-flags.DEFINE_string("data_root", None, "RadioMapSeer-layout folder; default: the cached default synthetic set.")
+flags.DEFINE_enum(
+    "preset",
+    "default",
+    list(experiment.PRESETS),
+    "A named set-up: its data set and settings, under any flag given. "
+    + "; ".join(f"{name}: {preset.description}" for name, preset in experiment.PRESETS.items()),
+)
+flags.DEFINE_string("data_root", None, "RadioMapSeer-layout folder; default: the preset's built-in synthetic set (cached).")
 flags.DEFINE_integer("resolution", _DEFAULTS.resolution, "Side of the maps the model sees, in pixels.")
 flags.DEFINE_float("width", _DEFAULTS.width, "Width multiplier of RadioUNet's layer widths.")
 flags.DEFINE_enum(
@@ -37,7 +44,7 @@ flags.DEFINE_enum(
     "Stage 2's output activation: linear (default; a ReLU output can die for good) or relu (the authors').",
 )
 flags.DEFINE_integer("rounds", _DEFAULTS.rounds, "Communication rounds R.")
-flags.DEFINE_integer("stage1_rounds", None, "Rounds training stage 1 (R1); default: rounds // 2.")
+flags.DEFINE_integer("stage1_rounds", None, "Rounds training stage 1 (R1); default: the preset's share of --rounds.")
 flags.DEFINE_integer("clients", _DEFAULTS.num_clients, "Number of clients K.")
 flags.DEFINE_integer("clients_per_round", _DEFAULTS.clients_per_round, "Clients sampled per round.")
 flags.DEFINE_integer("local_epochs", _DEFAULTS.local_epochs, "Local epochs per round.")
@@ -156,13 +163,14 @@ def _config() -> experiment.ExperimentConfig:
     """The run's configuration from the flags: its own checks are the flags' (a ValueError
     "field=value: expected ..." becomes exit 2 naming the flag), then the folders are resolved
     (the default data set is generated only for a valid configuration)."""
+    preset = experiment.PRESETS[FLAGS.preset]
     fields = dict(
         data_root=FLAGS.data_root or "",
         resolution=FLAGS.resolution,
         width=FLAGS.width,
         stage2_output=FLAGS.stage2_output,
         rounds=FLAGS.rounds,
-        stage1_rounds=FLAGS.rounds // 2 if FLAGS.stage1_rounds is None else FLAGS.stage1_rounds,
+        stage1_rounds=FLAGS.stage1_rounds,
         num_clients=FLAGS.clients,
         clients_per_round=FLAGS.clients_per_round,
         local_epochs=FLAGS.local_epochs,
@@ -198,6 +206,7 @@ def _config() -> experiment.ExperimentConfig:
         aligned_tradeoff=FLAGS.aligned_tradeoff,
         client_placement=FLAGS.client_placement,
     )
+    fields.update(preset_fields(preset, fields))
     try:
         config = experiment.ExperimentConfig(**fields)
     except ValueError as exc:  # "field=value: expected ...": the flag's name and what it may be.
@@ -207,10 +216,19 @@ def _config() -> experiment.ExperimentConfig:
 
     return dataclasses.replace(
         config,
-        data_root=common.data_root(FLAGS.data_root, default=default_set.ensure_default_dataset),
+        data_root=common.data_root(FLAGS.data_root, default=lambda: default_set.ensure_set(preset.data_set)),
         attack_extra_root=common.data_root(FLAGS.attack_extra_root, flag="attack_extra_root") or "",
         twin_root=common.data_root(FLAGS.twin_root, flag="twin_root") or "",
     )
+
+
+def preset_fields(preset, fields: dict) -> dict:
+    """The preset's fields that no flag was given for, and stage 1's rounds where --stage1_rounds
+    was not given (the preset's share of the rounds)."""
+    chosen = {name: value for name, value in preset.fields.items() if not FLAGS[FLAG_OF_FIELD.get(name, name)].present}
+    if FLAGS.stage1_rounds is None:
+        chosen["stage1_rounds"] = preset.stage1_rounds(chosen.get("rounds", fields["rounds"]))
+    return chosen
 
 
 def _gain_text(summary: dict) -> str:

@@ -185,5 +185,35 @@ class ExperimentConfig:
         return Phase.STAGE1 if round_num <= self.stage1_rounds else Phase.STAGE2
 
 
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """A named set-up: the built-in data set it trains on (`data.default_set.SETS`) and the fields
+    it sets (every other field keeps ExperimentConfig's default). The programs apply a preset's
+    fields where the user gave no flag for them."""
+
+    data_set: str
+    fields: dict
+    description: str
+
+    def stage1_rounds(self, rounds: int) -> int:
+        """Stage 1's rounds for a run of `rounds` rounds: the preset's share of them, rounded down."""
+        defaults = ExperimentConfig(data_root="")
+        total = self.fields.get("rounds", defaults.rounds)
+        first = self.fields.get("stage1_rounds", defaults.stage1_rounds)
+        return rounds * first // total
+
+
+PRESETS = {
+    "default": Preset("default", {}, "the CPU default (ExperimentConfig's defaults)"),
+    # The CPU set-up of the first privacy front (bench/privacy_front), kept so that its runs resume
+    # and its figures can be reproduced.
+    "cpu_v1": Preset(
+        "v1",
+        dict(rounds=50, stage1_rounds=25, local_epochs=1, batch_size=64, server_lr_schedule="constant"),
+        "the first privacy front's CPU set-up: 48 x 32 maps, 1 local epoch at batch 64, 50 rounds",
+    ),
+}
+
+
 # Fields added with a default other than the behaviour of the runs saved before them.
 LEGACY_VALUES = {"stage2_output": "relu", "matching_maps": 0}

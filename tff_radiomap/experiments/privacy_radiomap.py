@@ -49,7 +49,7 @@ from absl import logging
 
 from tff_radiomap.experiments import attack_rounds, defense_registry, privacy_accounting, privacy_defenses, privacy_figures
 from tff_radiomap.experiments.defense_registry import DEFENSES, Defense, phase_factories, register_defense  # noqa: F401 (the experiment's API)
-from tff_radiomap.experiments.privacy_config import ADAPTIVE_PARTITIONS, BASIS_SCOPES, LEGACY_VALUES, SERVER_LR_SCHEDULES, ExperimentConfig  # noqa: F401 (the experiment's API)
+from tff_radiomap.experiments.privacy_config import ADAPTIVE_PARTITIONS, BASIS_SCOPES, LEGACY_VALUES, PRESETS, SERVER_LR_SCHEDULES, ExperimentConfig  # noqa: F401 (the experiment's API)
 from tff_radiomap.experiments.privacy_setup import build_trainer, check_data, load_data, read_maps  # noqa: F401 (the experiment's API)
 from tff_radiomap.learning import federated_data
 from tff_radiomap.metrics import reconstruction
