@@ -74,6 +74,22 @@ def data_root(value: str | None, flag: str = "data_root", simulation: str = "DPM
     return os.path.abspath(value)
 
 
+PRESET_HELP = "A named set-up of the runs (privacy_radiomap.PRESETS: its data set and settings) under --rounds and --set."
+
+
+def preset_fields(preset_name: str, rounds: int | None, settings: dict) -> dict:
+    """The ExperimentConfig fields of preset `preset_name` for a table or front of runs: its fields,
+    --rounds (None: the preset's) and stage 1's rounds (--set's, else the preset's share of the
+    rounds); --set's fields go over them."""
+    from tff_radiomap.experiments import privacy_radiomap
+
+    preset = privacy_radiomap.PRESETS[preset_name]
+    fields = dict(preset.fields)
+    fields["rounds"] = rounds if rounds is not None else fields.get("rounds", privacy_radiomap.ExperimentConfig(data_root="").rounds)
+    fields["stage1_rounds"] = settings.get("stage1_rounds", preset.stage1_rounds(fields["rounds"]))
+    return fields
+
+
 def config_settings(items: list[str], own_flag: dict) -> dict:
     """--set's {field: value} of privacy_radiomap.ExperimentConfig (`privacy_front.parse_settings`);
     exit 2 naming --set for an unknown field, a value its type does not parse, or a field in

@@ -24,7 +24,8 @@ validation MSE, a line per method across nu).
                       for every run, V parsed by the field's type (a tuple's items go on after
                       its F=, comma-separated). Fields with a flag of their own (rounds,
                       attack_every, clip_norm, fresh_noise, data_root) and those of the grid
-                      (defense, seed, noise_multiplier) are refused there. stage1_rounds defaults to rounds // 2.
+                      (defense, seed, noise_multiplier) are refused there. stage1_rounds defaults to the
+                      preset's share of the rounds.
   --fresh_noise       unseeded defense noise in every run (the deployment setting; see docs/privacy.md,
                       "Epsilon and noise seeds"): not reproducible, a resume is not bit-exact.
   --report_only       write the front from the finished run folders present, naming the missing
@@ -59,11 +60,12 @@ from tff_radiomap.experiments.privacy_table import ChildRuns  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output_dir", "runs/privacy_front", "Folder of the runs, the table and the figure.")
-flags.DEFINE_string("data_root", None, "RadioMapSeer-layout folder; default: the cached default synthetic set.")
+flags.DEFINE_string("data_root", None, "RadioMapSeer-layout folder; default: the preset's built-in synthetic set (cached).")
 flags.DEFINE_list("methods", ["none", "uniform", "directed", "subspace"], "Methods (defenses, names of privacy_radiomap.DEFENSES) on the front.")
 flags.DEFINE_list("noise_multipliers", ["0.001", "0.01", "0.03", "0.1"], "Noise multipliers nu of every noise defense.")
 flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds; the front reports mean and std over them.")
-flags.DEFINE_integer("rounds", 50, "Communication rounds of every run.")
+flags.DEFINE_enum("preset", "default", list(experiment.PRESETS), common.PRESET_HELP)
+flags.DEFINE_integer("rounds", None, "Communication rounds of every run; default: the preset's.")
 flags.DEFINE_integer("attack_every", 10, "Attack at round 1, every n rounds and the last.")
 flags.DEFINE_float("clip_norm", 1.0, "L2 clipping norm C of every defense.")
 flags.DEFINE_bool("fresh_noise", False, common.FRESH_NOISE_HELP)
@@ -116,8 +118,7 @@ def base_config(data_root: str, settings: dict):
     valid configuration)."""
     fields = dict(
         data_root=data_root,
-        rounds=FLAGS.rounds,
-        stage1_rounds=FLAGS.rounds // 2,
+        **common.preset_fields(FLAGS.preset, FLAGS.rounds, settings),
         attack_every=FLAGS.attack_every,
         clip_norm=FLAGS.clip_norm,
         fresh_noise=FLAGS.fresh_noise,
@@ -146,7 +147,7 @@ def main(argv):
     base = base_config("", settings)  # Checked before the default data set is made.
     from tff_radiomap.data import default_set
 
-    root = common.data_root(FLAGS.data_root, default=default_set.ensure_default_dataset)
+    root = common.data_root(FLAGS.data_root, default=lambda: default_set.ensure_set(experiment.PRESETS[FLAGS.preset].data_set))
     base = dataclasses.replace(base, data_root=root)
     common.require_writable_dir(FLAGS.output_dir, "output_dir")
     console.log_to(FLAGS.output_dir)  # INFO logging (the runs' release managers); warnings stay on stderr.

@@ -31,10 +31,11 @@ from tff_radiomap.experiments.privacy_table import ChildRuns  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output_dir", "runs/privacy_table", "Folder of the runs, the table and the figure.")
-flags.DEFINE_string("data_root", None, "RadioMapSeer-layout folder; default: the cached default synthetic set.")
+flags.DEFINE_string("data_root", None, "RadioMapSeer-layout folder; default: the preset's built-in synthetic set (cached).")
 flags.DEFINE_list("methods", list(privacy_table.METHODS), "Methods (defenses) to compare.")
 flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds; the table reports mean and std over them.")
-flags.DEFINE_integer("rounds", 50, "Communication rounds of every run.")
+flags.DEFINE_enum("preset", "default", list(experiment.PRESETS), common.PRESET_HELP)
+flags.DEFINE_integer("rounds", None, "Communication rounds of every run; default: the preset's.")
 flags.DEFINE_integer("attack_every", 10, "Attack at round 1, every n rounds and the last.")
 flags.DEFINE_float("clip_norm", 1.0, "L2 clipping norm C.")
 flags.DEFINE_float("noise_multiplier", 3.0, "Noise multiplier nu of every noise defense.")
@@ -83,8 +84,7 @@ def base_config(settings: dict) -> experiment.ExperimentConfig:
     flags' (exit 2 naming the flag, or --set); data_root is filled in by the caller."""
     fields = dict(
         data_root="",
-        rounds=FLAGS.rounds,
-        stage1_rounds=FLAGS.rounds // 2,
+        **common.preset_fields(FLAGS.preset, FLAGS.rounds, settings),
         attack_every=FLAGS.attack_every,
         clip_norm=FLAGS.clip_norm,
         noise_multiplier=FLAGS.noise_multiplier,
@@ -106,7 +106,7 @@ def main(argv):
     base = base_config(validate())
     from tff_radiomap.data import default_set
 
-    root = common.data_root(FLAGS.data_root, default=default_set.ensure_default_dataset)
+    root = common.data_root(FLAGS.data_root, default=lambda: default_set.ensure_set(experiment.PRESETS[FLAGS.preset].data_set))
     base = dataclasses.replace(base, data_root=root)
     common.require_writable_dir(FLAGS.output_dir, "output_dir")
     console.log_to(FLAGS.output_dir)  # INFO logging (the runs' release managers); warnings stay on stderr.

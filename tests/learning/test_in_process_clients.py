@@ -22,9 +22,12 @@ def test_in_process_clients_give_the_tff_process_weights(tff_runtime):
     adam, sgd = rp.build_optimizer("adam", 1e-3), rp.build_optimizer("sgd", 1.0)
     hybrid = in_process_clients.InProcessClientsProcess(CONFIG, Phase.STAGE1, initial, adam, sgd, batch_size=4)
     assert not hybrid.uses_gpu()  # This machine has none.
-    tff_process = rp.build_two_stage_process(CONFIG, initial, 10, adam, sgd, batch_size=4)
+    # A server learning-rate schedule (round 2 at half the rate) reaches both the same way.
+    schedule = {1: 1.0, 2: 0.5}.get
+    tff_process = rp.build_two_stage_process(CONFIG, initial, 10, adam, sgd, batch_size=4, server_learning_rate=schedule)
     state_h, state_t = hybrid.initialize(), tff_process.initialize()
     for r in (1, 2):
+        state_h = rp.set_server_learning_rate(hybrid, state_h, schedule(r))
         state_h, metrics_h = hybrid.next(state_h, [data.client_samples(k, r, epochs=2) for k in (0, 1)])
         state_t, metrics_t = tff_process.next(state_t, r, tff_process.round_data(data, [0, 1], r, 4, epochs=2))
     assert metrics_h["client_work"]["num_examples"] == metrics_t["client_work"]["num_examples"] == 20
