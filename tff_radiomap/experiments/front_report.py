@@ -7,7 +7,7 @@
                           front.md, for one seed); the attacker RMSE averaged over a run's attacks;
                           the constant-guess floor; the max epsilon (delta 1e-5) over the seeds'
                           clients, empty ('no guarantee' in front.md) where a run's uploads have
-                          none (`privacy_accounting.max_epsilon_of_run`; replayed for old runs);
+                          none (`saved_runs.max_epsilon_of_run`; replayed for old runs);
                           then the final validation MSE (dB; after the last round: stage 2's
                           output, which the best, often stage 1's, does not see)
     front.png             attacker RMSE against best validation MSE, one line per method across
@@ -29,7 +29,7 @@ import os
 
 import numpy as np
 
-from tff_radiomap.experiments import privacy_accounting, privacy_table
+from tff_radiomap.experiments import privacy_accounting, privacy_table, saved_runs
 from tff_radiomap.experiments.privacy_front import NOISE_FREE, cells, finished, run_name
 from tff_radiomap.experiments.privacy_table import LABELS
 
@@ -90,7 +90,7 @@ def front_rows(output_dir: str, methods, noise_multipliers, seeds, skip_missing:
                 continue
             with open(os.path.join(run_dir, "summary.json")) as f:
                 summary = json.load(f)
-            runs.append((seed, summary, privacy_table.read_metrics(run_dir), privacy_accounting.max_epsilon_of_run(run_dir, summary)))
+            runs.append((seed, summary, privacy_table.read_metrics(run_dir), saved_runs.max_epsilon_of_run(run_dir, summary)))
         if not runs:
             continue
         last = [privacy_table.last_attack(metrics) for _, _, metrics, _ in runs]

@@ -28,7 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 from tff_radiomap.data.rem_points import RemScenario
-from tff_radiomap.learning import epfl_remnet
+from tff_radiomap.learning import epfl_in_process, epfl_remnet
 from tff_radiomap.learning import local_model as local_lib
 from tff_radiomap.learning.model_layout import ModelLayout
 from tff_radiomap.metrics.rem_accuracy import RemAccuracy, rem_accuracy
@@ -222,7 +222,12 @@ def _process_for(method: Method, data_type, n_max: int, seed: int, processes: di
     key = (json.dumps(method.record(), sort_keys=True, default=str), n_max, seed, client_placement)
     if processes is not None and key in processes:
         return processes[key]
-    built = epfl_remnet.build_process(method.config, data_type, method.local, seed=seed, client_placement=client_placement)
+    if client_placement == "tff":
+        built = epfl_remnet.build_process(method.config, data_type, method.local, seed=seed)
+    elif client_placement == "in_process":
+        built = epfl_in_process.build_process(method.config, method.local, seed)
+    else:
+        raise ValueError(f"client_placement={client_placement!r}: expected one of {epfl_remnet.CLIENT_PLACEMENTS}")
     if processes is not None:
         processes[key] = built
     return built

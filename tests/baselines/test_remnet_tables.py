@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from tff_radiomap.experiments import remnet_figures, remnet_tables, remnet_tuning
+from baselines import remnet_figures, remnet_tables, remnet_tuning
 from tff_radiomap.learning import stacked_runner
 from tff_radiomap.learning import rem_runner
 from tff_radiomap.data import rem_points
