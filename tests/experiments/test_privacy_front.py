@@ -11,7 +11,7 @@ import os
 import numpy as np
 import pytest
 
-from tff_radiomap.experiments import front_report
+from tff_radiomap.experiments import front_figures, front_report
 from tff_radiomap.experiments import privacy_front as pf
 
 NAN = ""
@@ -272,13 +272,13 @@ def test_the_close_up_holds_every_point_near_no_defense_and_leaves_out_a_destroy
         row("subspace", 5.0, 0.99),  # a destroyed model: outside the close-up
         row("clip", np.nan, np.nan),  # no figures: ignored
     ]
-    (left, right), (bottom, top) = front_report.zoom_window(rows, "r")
+    (left, right), (bottom, top) = front_figures.zoom_window(rows, "r")
     assert right == pytest.approx(-13.0) and left == pytest.approx(-17.0 - 0.15)
     assert bottom == 0.0 and top == pytest.approx(1.1 * 0.30)
     # Without a No Defense row the close-up starts from the best point.
-    (left, right), _ = front_report.zoom_window(rows[1:], "r")
+    (left, right), _ = front_figures.zoom_window(rows[1:], "r")
     assert right == pytest.approx(-13.5)
-    assert front_report.zoom_window([row("clip", np.nan, np.nan)], "r") is None
+    assert front_figures.zoom_window([row("clip", np.nan, np.nan)], "r") is None
     # No Defense without an attack figure and every scored point far from it: the full height.
-    (left, right), heights = front_report.zoom_window([row("none", -16.0, np.nan), row("uniform", 0.0, 0.5)], "r")
+    (left, right), heights = front_figures.zoom_window([row("none", -16.0, np.nan), row("uniform", 0.0, 0.5)], "r")
     assert heights == (0.0, 1.05) and left < -16.0 < right == pytest.approx(-13.0)

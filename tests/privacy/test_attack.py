@@ -7,7 +7,7 @@ from tff_radiomap.models import phases
 from tff_radiomap.aggregators import UniformNoiseFactory
 from tff_radiomap.learning import local_training
 from tff_radiomap.models import radiounet
-from tff_radiomap.privacy import attack
+from tff_radiomap.privacy import attack, ridge_attacker
 from tff_radiomap.privacy import groups as G
 
 
@@ -16,11 +16,11 @@ def test_attacker_recovers_a_leaky_feature_and_not_noise():
     coords = rng.uniform(0, 256, size=(400, 2))
     mix = rng.normal(size=(2, 50))
     leaky = coords @ mix + rng.normal(scale=1.0, size=(400, 50))
-    att = attack.LocalizationAttacker().fit(leaky[:300], coords[:300])
+    att = ridge_attacker.LocalizationAttacker().fit(leaky[:300], coords[:300])
     err = np.sqrt(np.mean(np.sum((att.predict(leaky[300:]) - coords[300:]) ** 2, 1)))
     assert err < 5.0
     noise = rng.normal(size=(400, 50))
-    att = attack.LocalizationAttacker().fit(noise[:300], coords[:300])
+    att = ridge_attacker.LocalizationAttacker().fit(noise[:300], coords[:300])
     err = np.sqrt(np.mean(np.sum((att.predict(noise[300:]) - coords[300:]) ** 2, 1)))
     const = np.sqrt(np.mean(np.sum((coords[300:] - coords[:300].mean(0)) ** 2, 1)))
     assert err > 0.9 * const
@@ -108,7 +108,7 @@ def test_ridge_grid_reaches_the_constant_predictor():
     rng = np.random.default_rng(3)
     coords = rng.uniform(0, 256, size=(60, 2))
     noise = rng.normal(size=(60, 5000))
-    att = attack.LocalizationAttacker(alphas=(1e-3,)).fit(noise[:40], coords[:40])
+    att = ridge_attacker.LocalizationAttacker(alphas=(1e-3,)).fit(noise[:40], coords[:40])
     assert att.alpha == np.inf
     np.testing.assert_allclose(att.predict(noise[40:]), np.broadcast_to(coords[:40].mean(0), (20, 2)))
 
