@@ -24,7 +24,8 @@ choice (initial weights, client sampling, shuffling, the defenses' noise) is a f
 
 The configuration is `ExperimentConfig` (`privacy_config.py`); the defenses are rows of
 `DEFENSES` (`defense_registry.py`: a new defense is one `register_defense(...)` call); the attack,
-the allocator's training and the basis refresh around the rounds are `privacy_defenses.py`.
+the allocator's training and the basis refresh around the rounds are `privacy_defenses.py` and
+`basis_refresh.py`.
 """
 
 from __future__ import annotations
