@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from tff_radiomap.data import radiomapseer, synthetic, twin
+from tff_radiomap.runtime import atomic
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +46,7 @@ def test_twin_of_a_missing_root_names_it(tmp_path):
 def test_a_second_writer_between_save_and_rename_leaves_both_files_whole(tmp_path, monkeypatch):
     # Two runs of a front starting together complete the same twin: writer B saves and renames the
     # same PNG while writer A is between its save and its rename. With one shared temporary name A's
-    # rename failed (FileNotFoundError); each writer's own temporary (its pid in the name) does not.
+    # rename failed (FileNotFoundError); each writer's own temporary (`atomic.atomic_write`) does not.
     from PIL import Image
 
     path = str(tmp_path / "0_0.png")
@@ -67,8 +68,13 @@ def test_a_second_writer_between_save_and_rename_leaves_both_files_whole(tmp_pat
 
 
 def test_only_a_dead_writers_temporaries_are_stale():
-    assert synthetic._is_stale_temp("3_1.png.tmp.png")  # An older version's, without a pid.
-    assert not synthetic._is_stale_temp(f"3_1.png.{os.getpid()}.tmp.png")  # A live writer's.
-    assert not synthetic._is_stale_temp("3_1.png")
     dead = 2**22 + 17  # Above the default pid_max: no such process.
-    assert synthetic._is_stale_temp(f"3_1.png.{dead}.tmp.png")
+    assert atomic.is_stale_temporary(f"3_1.png.{dead}.0123456789ab.tmp")
+    assert not atomic.is_stale_temporary(f"3_1.png.{os.getpid()}.0123456789ab.tmp")  # A live writer's.
+    assert not atomic.is_stale_temporary("3_1.png")
+    assert not atomic.is_stale_temporary(f"3.json.{dead}.tmp")  # Not an atomic_write temporary.
+    # Left by earlier versions, which named PNG temporaries <name>[.<pid>].tmp.png.
+    assert atomic.is_stale_temporary("3_1.png.tmp.png")
+    assert not atomic.is_stale_temporary(f"3_1.png.{os.getpid()}.tmp.png")
+    assert atomic.is_stale_temporary(f"3_1.png.{dead}.tmp.png")
+

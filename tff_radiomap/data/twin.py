@@ -24,6 +24,7 @@ from PIL import Image
 
 from tff_radiomap.data import propagation
 from tff_radiomap.data import encoding, synthetic
+from tff_radiomap.runtime.atomic import atomic_write
 
 TWIN_FILE = "twin_spec.json"
 
@@ -205,7 +206,6 @@ def position_gains(
                 return f["gains"]
     gains = simulate(read_buildings(data_root, m), positions, config, seed=m)
     os.makedirs(cache_dir, exist_ok=True)
-    tmp = f"{path}.tmp.npz"
-    np.savez(tmp, positions=positions, gains=gains)
-    os.replace(tmp, path)
+    with atomic_write(path, "wb") as f:  # Processes simulating the same map race on it.
+        np.savez(f, positions=positions, gains=gains)
     return gains
