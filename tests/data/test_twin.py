@@ -1,12 +1,13 @@
 """The digital twin: the data's building maps, new transmitter positions, the same layout."""
 
+import dataclasses
 import json
 import os
 
 import numpy as np
 import pytest
 
-from tff_radiomap.data import radiomapseer, synthetic, twin
+from tff_radiomap.data import propagation, radiomapseer, synthetic, twin
 from tff_radiomap.runtime import atomic
 
 
@@ -78,3 +79,34 @@ def test_only_a_dead_writers_temporaries_are_stale():
     assert not atomic.is_stale_temporary(f"3_1.png.{os.getpid()}.tmp.png")
     assert atomic.is_stale_temporary(f"3_1.png.{dead}.tmp.png")
 
+
+def test_a_changed_propagation_model_does_not_reuse_a_twin(data_root, tmp_path):
+    changed = propagation.PropagationConfig(wall_loss_db=20.0)
+    root = twin.ensure_twin(data_root, positions=2, out_root=str(tmp_path / "t"), min_distance=3)
+    assert json.load(open(os.path.join(root, twin.TWIN_FILE)))["propagation"] == dataclasses.asdict(propagation.PropagationConfig())
+    with pytest.raises(ValueError, match="twin made with"):
+        twin.ensure_twin(data_root, positions=2, out_root=root, min_distance=3, config=changed)
+    # A record written before it held the model: made with the defaults of then, which it still matches.
+    spec = os.path.join(root, twin.TWIN_FILE)
+    legacy = {k: v for k, v in json.load(open(spec)).items() if k != "propagation"}
+    json.dump(legacy, open(spec, "w"))
+    assert twin.ensure_twin(data_root, positions=2, out_root=root, min_distance=3) == root
+    with pytest.raises(ValueError, match="twin made with"):
+        twin.ensure_twin(data_root, positions=2, out_root=root, min_distance=3, config=changed)
+    # The default folder: one per model, the earlier model's under its old name.
+    cache = str(tmp_path / "cache")
+    old_name = twin.twin_root(data_root, 2, 0, cache=cache)
+    assert old_name.endswith("_p2_s0")
+    assert twin.twin_root(data_root, 2, 0, cache=cache, config=changed) not in (
+        old_name,
+        twin.twin_root(data_root, 2, 0, cache=cache, config=propagation.PropagationConfig(wall_loss_db=21.0)),
+    )
+
+
+def test_the_position_cache_is_keyed_by_the_propagation_model(data_root, tmp_path):
+    positions = np.array([[5, 6]])
+    cache = str(tmp_path / "positions")
+    plain = twin.position_gains(data_root, 0, positions, cache_dir=cache)
+    changed = twin.position_gains(data_root, 0, positions, cache_dir=cache, config=propagation.PropagationConfig(wall_loss_db=40.0, corner_loss_db=30.0))
+    assert len(os.listdir(cache)) == 2
+    assert not np.array_equal(plain, changed)
