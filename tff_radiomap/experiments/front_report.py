@@ -3,7 +3,7 @@
 `write_results` reads the runs in `output_dir` (`privacy_front.run_name`) and writes
 
     front.csv, front.md   one row per (method, nu): best validation MSE (dB) and the attacker RMSE
-                          (m) at the last attack, mean and std over seeds (std empty, 'n/a' in
+                          (m) at the last attack, mean and sample std over seeds (std empty, 'n/a' in
                           front.md, for one seed); the attacker RMSE averaged over a run's attacks;
                           the constant-guess floor; the max epsilon (delta 1e-5) over the seeds'
                           clients, empty ('no guarantee' in front.md) where a run's uploads have
@@ -30,6 +30,7 @@ import os
 import numpy as np
 
 from tff_radiomap.experiments import front_figures, privacy_accounting, privacy_table, saved_runs
+from tff_radiomap.metrics import over_seeds
 from tff_radiomap.experiments.privacy_front import cells, finished, run_name
 
 COLUMNS = (
@@ -266,27 +267,38 @@ def write_results(output_dir: str, methods, noise_multipliers, seeds, skip_missi
     return result
 
 
+def _markdown_columns() -> list[str]:
+    """front.md's columns: COLUMNS with each `x_mean`, `x_std` pair shown as one `x` (mean +- std)."""
+    return [c[: -len("_mean")] if c.endswith("_mean") and c[: -len("_mean")] + "_std" in COLUMNS else c for c in COLUMNS if c not in STD_COLUMNS]
+
+
+def _markdown_cell(row: dict, column: str) -> str:
+    if column in ("method", "seeds"):
+        return str(row[column])
+    if column == "noise_multiplier":
+        return f"{row[column]:g}"
+    if column == "max_epsilon":
+        eps = row[column]
+        return "no guarantee" if eps is None else "n/a" if not np.isfinite(eps) else f"{eps:.3g}"
+    if column not in row:  # A mean +- std pair.
+        return over_seeds.plus_minus(f"{row[column + '_mean']:.2f}", row[column + "_std"])
+    return f"{row[column]:.2f}"
+
+
 def _markdown(rows, seeds, missing, notes, moves=()) -> str:
+    columns = _markdown_columns()
     lines = [
-        f"Privacy-utility front (seeds {', '.join(map(str, seeds))}; mean +- std over the seeds of each row)",
-        "",
-        "| " + " | ".join(COLUMNS) + " |",
-        "| " + " | ".join("---" for _ in COLUMNS) + " |",
+        over_seeds.markdown_table(
+            columns, ([_markdown_cell(r, c) for c in columns] for r in rows), f"Privacy-utility front (seeds {', '.join(map(str, seeds))})"
+        ).rstrip("\n")
     ]
-    for r in rows:
-        values = [r["method"], f"{r['noise_multiplier']:g}", str(r["seeds"])]
-        for c in COLUMNS[3:]:
-            if c == "max_epsilon":
-                eps = r[c]
-                values.append("no guarantee" if eps is None else "n/a" if not np.isfinite(eps) else f"{eps:.3g}")
-            else:
-                values.append(privacy_table.std_text(r[c]) if c in STD_COLUMNS else f"{r[c]:.2f}")
-        lines.append("| " + " | ".join(values) + " |")
     lines += [
+        "",
+        over_seeds.std_note(),
         "",
         f"max_epsilon: the worst client's epsilon at delta {privacy_accounting.DELTA:g} over the seeds, against an observer of "
         "individual uploads (each client composes its own uploads; no amplification by sampling); 'no guarantee' where an "
-        "upload had none; 'n/a' where a run's is not known (no config.json). std 'n/a': fewer than two seeds with a value. "
+        "upload had none; 'n/a' where a run's is not known (no config.json). "
         "final_val_mse_db: after the last round (stage 2's output), where best_val_mse_db may be stage 1's. "
         "late_attack_rmse_m: the mean of a run's attacks after round 1, then over seeds (less noisy than the last attack). "
         "attack_rmse_m is the strongest attacker of each attack (the lowest ratio to its constant guess among the ridge's "
