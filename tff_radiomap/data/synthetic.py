@@ -27,6 +27,7 @@ from PIL import Image
 from tff_radiomap.data import encoding
 from tff_radiomap.data.propagation import MapPropagation, PropagationConfig
 from tff_radiomap.runtime.atomic import atomic_write, is_stale_temporary
+from tff_radiomap.runtime.hold import hold
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,6 +160,7 @@ def write_map(root: str, map_index: int, spec: DatasetSpec, config: PropagationC
         gray = encoding.gain_db_to_gray(propagation.gain_db((row, col)))
         _save_png(os.path.join(dirs["gain"], f"{map_index}_{t}.png"), gray)
     write_json(os.path.join(dirs["antenna_json"], f"{map_index}.json"), [[int(col), int(row)] for row, col in txs])
+    hold(f"map {map_index} before its buildings")  # Kill-and-resume tests stop a program here (`runtime.hold`).
     # The buildings image goes last: its presence marks the map as complete (used to resume).
     _save_png(os.path.join(dirs["buildings"], f"{map_index}.png"), buildings.astype(np.uint8) * 255)
 

@@ -33,6 +33,7 @@ from tff_radiomap.learning import local_model as local_lib
 from tff_radiomap.learning.model_layout import ModelLayout
 from tff_radiomap.metrics.rem_accuracy import RemAccuracy, rem_accuracy
 from tff_radiomap.runtime import nan_injection, run_folder
+from tff_radiomap.runtime.hold import hold
 from tff_radiomap import seeds as seeds_lib
 
 MEGABYTE = 1e6  # Uplink is reported in MB = 10^6 bytes.
@@ -310,6 +311,7 @@ def run_experiment(
         _write_row(csv_path, fields, writer, row)
         if (r + 1) % run.checkpoint_every == 0 or r == run.rounds - 1:
             save_checkpoint(ckpt_path, server_state, store, meta)
+            hold(f"checkpoint after round {r + 1}")  # Kill-and-resume tests stop a program here (`runtime.hold`).
         if "macro_rmse" in row:
             log(f"{run_dir}: round {r + 1}/{run.rounds} macro RMSE {row['macro_rmse']:.3f} dB, uplink {row['cum_uplink_mb']:.2f} MB")
     writer.flush()
