@@ -16,6 +16,7 @@ import tensorflow as tf
 from tff_radiomap.aggregators import AdaptiveGroupNoiseFactory, client_perturbation
 from tff_radiomap.data import radiomapseer
 from tff_radiomap.experiments import basis_refresh, privacy_matching, shared_models
+from tff_radiomap.experiments.basis_refresh import due_in_phase
 from tff_radiomap.learning import local_training, radiounet_process
 from tff_radiomap.models import phases
 from tff_radiomap.models.phases import Phase
@@ -122,7 +123,7 @@ class PrivacyHooks:
         cfg = self.config
         phase = Phase(int(state["phase"]))
         factory = self.factories.get(phase)
-        if not isinstance(factory, AdaptiveGroupNoiseFactory) or not basis_refresh.due_in_phase(cfg, round_num, cfg.allocator_every):
+        if not isinstance(factory, AdaptiveGroupNoiseFactory) or not due_in_phase(cfg, round_num, cfg.allocator_every):
             return state, {}
         trainer_of_phase = self._allocator_trainer(phase, factory)
         model = self._model(phase, trainer.network_weights(state))
