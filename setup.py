@@ -22,8 +22,17 @@ INSTALL_REQUIRES = [
     "tqdm>=4",  # progress bars in programs.
     "matplotlib>=3.8,<3.9",  # figures (Fig. 2, Pareto fronts).
     "portpicker>=1.6",
-    "psutil>=5",
 ]
+# What only the tests and the benchmarks use (all in requirements.lock, which `make venv` installs).
+EXTRAS_REQUIRE = {
+    "test": [
+        "pytest>=8",
+        "pytest-xdist>=3",  # The Makefile's `make test` runs the suite with -n.
+        "scikit-learn>=1.3",  # The ridge attacker's reference (tests/privacy/test_attack.py).
+        "psutil>=5",  # Process checks of the worker tests.
+    ],
+    "bench": ["psutil>=5"],  # bench/memory_flat.py.
+}
 
 setuptools.setup(
     name="tff_radiomap",
@@ -32,5 +41,5 @@ setuptools.setup(
     python_requires=">=3.11,<3.12",
     packages=setuptools.find_packages(include=["tff_radiomap*", "programs*", "baselines*", "bench*"]),
     install_requires=INSTALL_REQUIRES,
-    extras_require={"test": ["pytest>=8"]},
+    extras_require=EXTRAS_REQUIRE,
 )

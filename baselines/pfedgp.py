@@ -24,10 +24,10 @@ import tensorflow as tf
 from tff_radiomap.learning import local_model
 from tff_radiomap.learning.epfl_remnet import EpflRemnetConfig
 from tff_radiomap.learning.rem_runner import Method
+from tff_radiomap.learning.stacked_local import JITTER
 from tff_radiomap.models import remnet
 
 NAME = "pfedgp"
-JITTER = 1e-4
 
 
 class GPKernel(tf.keras.layers.Layer):

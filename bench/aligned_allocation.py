@@ -4,7 +4,7 @@ its basis captures, the share of B the closed form puts in it, and the sigmas ag
     python -m bench.aligned_allocation [--noise_multiplier=0.01] [--seed=0] [--owners=0,2,14]
 
 The model is the round-1 broadcast (the initial weights of `--seed`) on the default data set; the
-refresh is the run's own (`privacy_defenses.BasisRefresher.compute`), with the run's defaults.
+refresh is the run's own (`basis_refresh.BasisRefresher.compute`), with the run's defaults.
 Prints one line per owner and the refresh's seconds.
 """
 
@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 from tff_radiomap.data import default_set
-from tff_radiomap.experiments import privacy_defenses, shared_models
+from tff_radiomap.experiments import basis_refresh, shared_models
 from tff_radiomap.experiments.privacy_config import ExperimentConfig
 from tff_radiomap.models import phases
 from tff_radiomap.models.phases import Phase
@@ -32,12 +32,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--owners", default="0,2,14", help="Owners to print (clients first, then the maps no client holds).")
     args = parser.parse_args(argv)
     config = ExperimentConfig(data_root=default_set.ensure_default_dataset(), seed=args.seed, defense="aligned", noise_multiplier=args.noise_multiplier)
-    refresher = privacy_defenses.BasisRefresher(config, "/nonexistent", {})
+    refresher = basis_refresh.BasisRefresher(config, "/nonexistent", {})
     weights = phases.initial_weights(config.model_config(), config.seed)
     t0 = time.monotonic()
     refresh = refresher.compute(Phase.STAGE1, weights)
     seconds = time.monotonic() - t0
-    groups = privacy_defenses.subspace_groups(config, Phase.STAGE1)
+    groups = basis_refresh.subspace_groups(config, Phase.STAGE1)
     budget = budget_lib.total_budget(groups.num_coordinates, config.clip_norm, config.noise_multiplier)
     # The twin's uploads again, for the captured share (the refresh does not keep them).
     collector = shared_models.upload_collector(config.model_config(), Phase.STAGE1, config.client_optimizer, config.client_learning_rate)

@@ -33,6 +33,7 @@ def main():
     from tff_radiomap.experiments import attack_rounds, privacy_matching, privacy_setup, saved_runs, shared_models
     from tff_radiomap.models import phases
     from tff_radiomap.privacy import matching_attack as ma
+    from tff_radiomap.privacy import matching_uploads
     from tff_radiomap.privacy import matching_search as ms
 
     cfg = dataclasses.replace(saved_runs.run_config(args.run), matching_maps=1, matching_stride=1, matching_calibration=8, matching_coarse=1)
@@ -44,7 +45,7 @@ def main():
         traces = shared_models.upload_traces(cfg.model_config(), phase, cfg.client_optimizer, cfg.client_learning_rate, cfg.attack_steps)
         phases.set_phase_weights(traces.model, weights, phase)
         t0 = time.monotonic()
-        clean = {k: ma.clip_uploads(traces.clean(sets[k]["x"], sets[k]["y"]), cfg.clip_norm) for k in ("candidates", "observed", "calibration")}
+        clean = {k: matching_uploads.clip_uploads(traces.clean(sets[k]["x"], sets[k]["y"]), cfg.clip_norm) for k in ("candidates", "observed", "calibration")}
         n = len(clean["candidates"])
         print(f"round {r}: {n} candidates traced in {time.monotonic() - t0:.1f} s", flush=True)
         noise = ma.NoiseModel.of(None, traces.shapes)

@@ -22,6 +22,7 @@ import os
 import numpy as np
 
 from tff_radiomap.experiments import front_report, privacy_table
+from tff_radiomap.metrics import over_seeds
 
 RATIOS = (
     ("strongest", ("attack_rmse_m",), "attack_constant_rmse_m"),
@@ -82,7 +83,8 @@ def _fmt(values) -> str:
         return "-"
     if len(values) == 1:
         return f"{values[0]:.3f}"
-    return f"{np.mean(values):.3f} ± {np.std(values):.3f} ({min(values):.3f}-{max(values):.3f})"
+    mean, std = over_seeds.mean_std(values)
+    return f"{over_seeds.plus_minus(f'{mean:.3f}', std, '.3f')} ({min(values):.3f}-{max(values):.3f})"
 
 
 def report(front_dir: str) -> str:
@@ -114,7 +116,7 @@ def report(front_dir: str) -> str:
         cost = run_cost(run_dir)
         if cost is not None:
             cell["cost"].append(cost)
-    lines += ["", "## Per method and nu (mean ± std over seeds, then min-max)", ""]
+    lines += ["", "## Per method and nu (mean +- std over seeds, then min-max)", "", over_seeds.std_note(), ""]
     lines += ["| method | nu | seeds | round 1: " + " | round 1: ".join(names) + " | late rounds | late: " + " | late: ".join(names) + " |"]
     lines += ["|---" * (2 * len(names) + 4) + "|"]
     for (method, nu), cell in cells.items():

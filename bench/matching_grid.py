@@ -36,13 +36,14 @@ def main():
     from tff_radiomap.learning import local_training, radiounet_process
     from tff_radiomap.models import phases
     from tff_radiomap.privacy import matching_attack as ma
+    from tff_radiomap.privacy import matching_uploads
 
     root = default_set.ensure_default_dataset(progress=False)
     cfg = ExperimentConfig(data_root=root, attack_every=10, matching_maps=args.maps, matching_stride=args.stride, matching_calibration=args.calibration)
     observer = privacy_matching.MatchingObserver(cfg, privacy_setup.read_maps(cfg))
     model = phases.build_phase_model(cfg.model_config(), phases.Phase.STAGE1)
     phases.set_phase_weights(model, phases.initial_weights(cfg.model_config(), cfg.seed), phases.Phase.STAGE1)
-    traces = ma.UploadTraces(model, radiounet_process.build_optimizer("adam", 1e-3), 3, local_updates=local_training.local_updates)
+    traces = matching_uploads.UploadTraces(model, radiounet_process.build_optimizer("adam", 1e-3), 3, local_updates=local_training.local_updates)
     noise = ma.NoiseModel.of(None, traces.shapes)
     t0 = time.monotonic()
     clean = [{k: traces.clean(s[k]["x"], s[k]["y"]) for k in ("observed", "calibration", "candidates")} for s in observer.maps]

@@ -19,7 +19,7 @@ import time
 
 from absl import app, flags
 
-from tff_radiomap.experiments import remnet_tables
+from baselines import remnet_tables
 from tff_radiomap.learning import stacked_runner
 from tff_radiomap.runtime import threads
 

@@ -28,7 +28,7 @@ from baselines import remnet_methods  # noqa: E402
 from programs import common  # noqa: E402
 from tff_radiomap.data import rem_points  # noqa: E402
 from tff_radiomap.data.radiomapseer import DataLayoutError  # noqa: E402
-from tff_radiomap.experiments import remnet_figures  # noqa: E402
+from baselines import remnet_figures  # noqa: E402
 from tff_radiomap.learning import rem_runner, stacked_runner  # noqa: E402
 from tff_radiomap.learning.epfl_remnet import EpflRemnetConfig  # noqa: E402
 from tff_radiomap.models.remnet import RemNetConfig  # noqa: E402

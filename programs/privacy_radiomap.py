@@ -22,7 +22,7 @@ console.quiet_tensorflow_start()  # Before anything imports TensorFlow.
 from absl import app, flags, logging  # noqa: E402
 
 from programs import common  # noqa: E402
-from tff_radiomap.experiments import privacy_defenses, privacy_figures  # noqa: E402
+from tff_radiomap.experiments import basis_refresh, privacy_figures  # noqa: E402
 from tff_radiomap.experiments import privacy_radiomap as experiment  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -146,7 +146,7 @@ def validate(config: experiment.ExperimentConfig) -> None:
     common.require(not (FLAGS.workers and FLAGS.centralised), "workers", FLAGS.workers, "'' with --centralised (no TFF)")
     common.worker_addresses(FLAGS.workers)
     common.require(
-        not privacy_defenses.uses_basis(config) or runtime_all_on_this_host(FLAGS.workers),
+        not basis_refresh.uses_basis(config) or runtime_all_on_this_host(FLAGS.workers),
         "workers",
         FLAGS.workers,
         f"workers on this machine with --defense={config.defense} (the clients read their bases from this machine's run folder)",

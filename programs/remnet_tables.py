@@ -9,7 +9,7 @@ of the heavy scenario (--detail_splits, --detail_scenarios) also the five ablati
 (k_fraction x R) Pareto grid. All on the stacked clients
 (`tff_radiomap.learning.epfl_stacked`, equal to the TFF process to float tolerance). Every
 hyperparameter default and the round budget were chosen on validation pixels by `--tune`
-(`tff_radiomap.experiments.remnet_tuning`; bench/RESULTS.md). Runs are resumable (each in
+(`baselines.remnet_tuning`; bench/RESULTS.md). Runs are resumable (each in
 --output_dir/runs/{split}/seed{S}/{scenario}/{label}); rerunning skips finished runs and redoes only the
 tables. Writes main, per_bs, ablation, pareto and checks tables, convergence.png, pareto.png,
 boxplot.png and summary.json (configuration, wall time) to --output_dir (--out is an alias). FedFly is left out by default
@@ -33,7 +33,7 @@ from programs import common
 from tff_radiomap import runtime
 from tff_radiomap.data import rem_points
 from tff_radiomap.data.radiomapseer import DataLayoutError
-from tff_radiomap.experiments import remnet_figures, remnet_tables, remnet_tuning
+from baselines import remnet_figures, remnet_tables, remnet_tuning
 from tff_radiomap.learning import rem_runner
 from tff_radiomap.runtime import run_folder, threads
 

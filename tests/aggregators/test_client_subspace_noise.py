@@ -143,3 +143,27 @@ def test_aligned_eager_sigmas_follow_the_observed_map(basis_dir):
 def test_aligned_needs_one_direction_blocks(basis_dir):
     with pytest.raises(ValueError, match="blocks of 1 column"):
         AlignedNoiseFactory(1.0, 0.05, SubspaceGroups(tuple(SHAPES), (K,)), basis_dir, MAP_OWNERS)
+
+
+@pytest.mark.parametrize("clip_norm", [0.5, 1.0, 2.5])
+def test_aligned_epsilon_is_the_least_noised_direction_in_units_of_the_clip(basis_dir, clip_norm):
+    # Eq.: an upload clipped at C with noise sigma_g on direction g is a Gaussian mechanism of noise
+    # multiplier min_g sigma_g / C. The allocations below are one allocation scaled with C (each
+    # spends B = d (C nu)^2), so the multiplier, hence epsilon, must not depend on C.
+    nu = 0.05
+    factory = AlignedNoiseFactory(clip_norm, nu, SubspaceGroups(tuple(SHAPES), (1,) * K), basis_dir, MAP_OWNERS, seed=3)
+    unit = {o: _aligned_sigmas(budget_lib.total_budget(D, 1.0, nu), o) for o in range(3)}  # At C = 1.
+    factory.set_owner_sigmas({o: clip_norm * s for o, s in unit.items()})
+    for o, s in unit.items():
+        assert factory.client_dp_event(o).noise_multiplier == pytest.approx(float(np.min(s)), rel=1e-5)
+    assert factory.dp_event().noise_multiplier == pytest.approx(min(float(np.min(s)) for s in unit.values()), rel=1e-5)
+
+
+@pytest.mark.parametrize("clip_norm", [0.5, 1.0, 2.5])
+def test_client_subspace_epsilon_does_not_depend_on_the_clip(basis_dir, clip_norm):
+    nu, share = 0.05, 0.25
+    factory = ClientSubspaceNoiseFactory(clip_norm, nu, SubspaceGroups(tuple(SHAPES), (K,)), basis_dir, MAP_OWNERS, share=share, seed=3)
+    # sigma_s = sqrt(share B / K), sigma_r = sqrt((1 - share) B / (d - K)) with B = d (C nu)^2: over C,
+    # nu sqrt(share d / K) and nu sqrt((1 - share) d / (d - K)).
+    expected = nu * min(np.sqrt(share * D / K), np.sqrt((1 - share) * D / (D - K)))
+    assert factory.dp_event().noise_multiplier == pytest.approx(expected, rel=1e-5)

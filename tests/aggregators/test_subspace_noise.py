@@ -132,3 +132,16 @@ def test_basis_file_is_raw_float32_and_the_earlier_serialized_layout_still_reads
     np.testing.assert_array_equal(read_basis(old, v.shape).numpy(), v)
     with pytest.raises(tf.errors.InvalidArgumentError):
         read_basis(path, (v.shape[0], v.shape[1] - 1))  # Neither layout of that shape.
+
+
+@pytest.mark.parametrize("clip_norm", [0.5, 1.0, 2.5])
+@pytest.mark.parametrize("share", [0.1, 0.9])
+def test_subspace_epsilon_is_the_least_noised_direction_in_units_of_the_clip(clip_norm, share):
+    # One upload clipped at C with noise sigma_s on span(V) (K directions) and sigma_r on the rest:
+    # a Gaussian mechanism of noise multiplier min(sigma_s, sigma_r) / C. With B = d (C nu)^2,
+    # sigma_s / C = nu sqrt(share d / K) and sigma_r / C = nu sqrt((1 - share) d / (d - K)): not C's.
+    nu, groups = 2.0, _groups()
+    k = int(np.sum(groups.sizes[:-1]))
+    factory = SubspaceNoiseFactory(clip_norm, nu, groups, share=share)
+    expected = nu * min(np.sqrt(share * D / k), np.sqrt((1 - share) * D / (D - k)))
+    assert factory.dp_event().noise_multiplier == pytest.approx(expected, rel=1e-5)

@@ -9,6 +9,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_radiomap.aggregators import SymmetricQuantizationFactory, TopKFactory, top_k, wire
+from tff_radiomap.learning import epfl_steps
 
 
 def numpy_top_k(flat: np.ndarray, k: int) -> np.ndarray:
@@ -74,11 +75,34 @@ def test_top_k_sparsify_ranks_the_whole_structure_and_residual_is_exact():
     flat = np.concatenate([value["a"].ravel(), value["b"]])
     expected = numpy_top_k(flat, 6)
     np.testing.assert_array_equal(np.concatenate([sent["a"].numpy().ravel(), sent["b"].numpy()]), expected)
-    # Error feedback: e = u - T_K(u), and u = sent + e holds exactly, entry by entry.
-    for key in value:
-        e = value[key] - sent[key].numpy()
-        np.testing.assert_array_equal(sent[key].numpy() + e, value[key])
-        assert np.all((sent[key].numpy() == 0) | (e == 0))
+    # The package's own residual of the same structure (Algorithm 1's "Cache error", no residual yet):
+    # the numpy reference's u - T_K(u), zero where an entry was sent.
+    kept, residual = epfl_steps.sparsify_with_error_feedback([tf.constant(v) for v in value.values()], [tf.zeros_like(v) for v in value.values()], 6)
+    for key, k_part, e_part in zip(value, kept, residual):
+        np.testing.assert_array_equal(k_part.numpy(), sent[key].numpy())
+        reference = {"a": expected[:20].reshape(4, 5), "b": expected[20:]}[key]
+        np.testing.assert_array_equal(e_part.numpy(), value[key] - reference)
+        assert np.all((k_part.numpy() == 0) | (e_part.numpy() == 0))
+
+
+def test_error_feedback_over_rounds_matches_numpy_and_loses_nothing():
+    """Rounds of u = Delta + e, send T_K(u), keep e = u - T_K(u) (Eqs. (9)-(10)): the package's
+    residuals equal a numpy loop's, and what was sent plus the last residual is every update."""
+    rng = np.random.default_rng(7)
+    deltas = [[rng.normal(size=(3, 4)).astype(np.float32), rng.normal(size=(5,)).astype(np.float32)] for _ in range(4)]
+    error = [tf.zeros((3, 4)), tf.zeros((5,))]
+    ref_error = np.zeros(17, np.float32)
+    total_sent = np.zeros(17, np.float64)
+    for delta in deltas:
+        sent, error = epfl_steps.sparsify_with_error_feedback([tf.constant(d) for d in delta], error, k=3)
+        u = np.concatenate([d.ravel() for d in delta]) + ref_error
+        ref_sent = numpy_top_k(u, 3)
+        ref_error = u - ref_sent
+        np.testing.assert_array_equal(np.concatenate([t.numpy().ravel() for t in sent]), ref_sent)
+        np.testing.assert_array_equal(np.concatenate([t.numpy().ravel() for t in error]), ref_error)
+        total_sent += ref_sent
+    updates = np.sum([np.concatenate([d.ravel() for d in delta]) for delta in deltas], axis=0, dtype=np.float64)
+    np.testing.assert_allclose(total_sent + np.concatenate([t.numpy().ravel() for t in error]), updates, atol=1e-5)
 
 
 @pytest.mark.parametrize(

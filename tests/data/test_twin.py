@@ -1,12 +1,14 @@
 """The digital twin: the data's building maps, new transmitter positions, the same layout."""
 
+import dataclasses
 import json
 import os
 
 import numpy as np
 import pytest
 
-from tff_radiomap.data import radiomapseer, synthetic, twin
+from tff_radiomap.data import propagation, radiomapseer, synthetic, twin
+from tff_radiomap.runtime import atomic
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +47,7 @@ def test_twin_of_a_missing_root_names_it(tmp_path):
 def test_a_second_writer_between_save_and_rename_leaves_both_files_whole(tmp_path, monkeypatch):
     # Two runs of a front starting together complete the same twin: writer B saves and renames the
     # same PNG while writer A is between its save and its rename. With one shared temporary name A's
-    # rename failed (FileNotFoundError); each writer's own temporary (its pid in the name) does not.
+    # rename failed (FileNotFoundError); each writer's own temporary (`atomic.atomic_write`) does not.
     from PIL import Image
 
     path = str(tmp_path / "0_0.png")
@@ -67,8 +69,44 @@ def test_a_second_writer_between_save_and_rename_leaves_both_files_whole(tmp_pat
 
 
 def test_only_a_dead_writers_temporaries_are_stale():
-    assert synthetic._is_stale_temp("3_1.png.tmp.png")  # An older version's, without a pid.
-    assert not synthetic._is_stale_temp(f"3_1.png.{os.getpid()}.tmp.png")  # A live writer's.
-    assert not synthetic._is_stale_temp("3_1.png")
     dead = 2**22 + 17  # Above the default pid_max: no such process.
-    assert synthetic._is_stale_temp(f"3_1.png.{dead}.tmp.png")
+    assert atomic.is_stale_temporary(f"3_1.png.{dead}.0123456789ab.tmp")
+    assert not atomic.is_stale_temporary(f"3_1.png.{os.getpid()}.0123456789ab.tmp")  # A live writer's.
+    assert not atomic.is_stale_temporary("3_1.png")
+    assert not atomic.is_stale_temporary(f"3.json.{dead}.tmp")  # Not an atomic_write temporary.
+    # Left by earlier versions, which named PNG temporaries <name>[.<pid>].tmp.png.
+    assert atomic.is_stale_temporary("3_1.png.tmp.png")
+    assert not atomic.is_stale_temporary(f"3_1.png.{os.getpid()}.tmp.png")
+    assert atomic.is_stale_temporary(f"3_1.png.{dead}.tmp.png")
+
+
+def test_a_changed_propagation_model_does_not_reuse_a_twin(data_root, tmp_path):
+    changed = propagation.PropagationConfig(wall_loss_db=20.0)
+    root = twin.ensure_twin(data_root, positions=2, out_root=str(tmp_path / "t"), min_distance=3)
+    assert json.load(open(os.path.join(root, twin.TWIN_FILE)))["propagation"] == dataclasses.asdict(propagation.PropagationConfig())
+    with pytest.raises(ValueError, match="twin made with"):
+        twin.ensure_twin(data_root, positions=2, out_root=root, min_distance=3, config=changed)
+    # A record written before it held the model: made with the defaults of then, which it still matches.
+    spec = os.path.join(root, twin.TWIN_FILE)
+    legacy = {k: v for k, v in json.load(open(spec)).items() if k != "propagation"}
+    json.dump(legacy, open(spec, "w"))
+    assert twin.ensure_twin(data_root, positions=2, out_root=root, min_distance=3) == root
+    with pytest.raises(ValueError, match="twin made with"):
+        twin.ensure_twin(data_root, positions=2, out_root=root, min_distance=3, config=changed)
+    # The default folder: one per model, the earlier model's under its old name.
+    cache = str(tmp_path / "cache")
+    old_name = twin.twin_root(data_root, 2, 0, cache=cache)
+    assert old_name.endswith("_p2_s0")
+    assert twin.twin_root(data_root, 2, 0, cache=cache, config=changed) not in (
+        old_name,
+        twin.twin_root(data_root, 2, 0, cache=cache, config=propagation.PropagationConfig(wall_loss_db=21.0)),
+    )
+
+
+def test_the_position_cache_is_keyed_by_the_propagation_model(data_root, tmp_path):
+    positions = np.array([[5, 6]])
+    cache = str(tmp_path / "positions")
+    plain = twin.position_gains(data_root, 0, positions, cache_dir=cache)
+    changed = twin.position_gains(data_root, 0, positions, cache_dir=cache, config=propagation.PropagationConfig(wall_loss_db=40.0, corner_loss_db=30.0))
+    assert len(os.listdir(cache)) == 2
+    assert not np.array_equal(plain, changed)

@@ -7,7 +7,7 @@ import functools
 import pytest
 
 from tff_radiomap.data import synthetic
-from tff_radiomap.experiments import privacy_defenses
+from tff_radiomap.experiments import basis_refresh
 from tff_radiomap.experiments import privacy_radiomap as experiment
 from tff_radiomap.privacy import allocator
 
@@ -62,7 +62,7 @@ def trainer_key(config, data_by_reference, basis_dir):
     where the defense reads its file inside the computation."""
     ignored = set(OBSERVER_FIELDS) | ({"rounds"} if config.defense != "adaptive" and not config.inject_nan_client else set())
     values = tuple(None if f.name in ignored else getattr(config, f.name) for f in dataclasses.fields(config))
-    return values, data_by_reference, basis_dir if privacy_defenses.uses_basis(config) else None
+    return values, data_by_reference, basis_dir if basis_refresh.uses_basis(config) else None
 
 
 _TRAINERS = {}

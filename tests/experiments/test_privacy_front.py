@@ -11,7 +11,7 @@ import os
 import numpy as np
 import pytest
 
-from tff_radiomap.experiments import front_report
+from tff_radiomap.experiments import front_figures, front_report
 from tff_radiomap.experiments import privacy_front as pf
 
 NAN = ""
@@ -108,24 +108,27 @@ def test_front_csv_holds_one_row_per_method_and_nu_with_means_over_seeds(runs):
     assert [(r["method"], float(r["noise_multiplier"]), int(r["seeds"])) for r in rows] == [("none", 0.0, 2), ("uniform", 0.01, 2)]
     assert [r["max_epsilon"] for r in rows] == ["", ""]  # Not known: these runs have no config.json.
     none, uniform = ({k: float(v or "nan") for k, v in r.items() if k not in ("method", "max_epsilon")} for r in rows)
-    assert none["best_val_mse_db_mean"] == pytest.approx(-21.0) and none["best_val_mse_db_std"] == pytest.approx(1.0)
-    assert none["final_val_mse_db_mean"] == pytest.approx(-20.0) and none["final_val_mse_db_std"] == pytest.approx(1.0)
-    assert none["final_attack_rmse_m_mean"] == pytest.approx(25.0) and none["final_attack_rmse_m_std"] == pytest.approx(5.0)
+    # Standard deviations over the two seeds are sample ones (ddof = 1): of two values 2 apart, sqrt(2).
+    assert none["best_val_mse_db_mean"] == pytest.approx(-21.0) and none["best_val_mse_db_std"] == pytest.approx(np.sqrt(2))
+    assert none["final_val_mse_db_mean"] == pytest.approx(-20.0) and none["final_val_mse_db_std"] == pytest.approx(np.sqrt(2))
+    assert none["final_attack_rmse_m_mean"] == pytest.approx(25.0) and none["final_attack_rmse_m_std"] == pytest.approx(5 * np.sqrt(2))
     assert none["mean_attack_rmse_m_mean"] == pytest.approx(30.0)  # (25 + 35) / 2.
     # Seed 1's last attack was at round 1 (70 m); the constant guess is averaged run by run.
-    assert uniform["final_attack_rmse_m_mean"] == pytest.approx(65.0) and uniform["final_attack_rmse_m_std"] == pytest.approx(5.0)
+    assert uniform["final_attack_rmse_m_mean"] == pytest.approx(65.0) and uniform["final_attack_rmse_m_std"] == pytest.approx(5 * np.sqrt(2))
     assert uniform["mean_attack_rmse_m_mean"] == pytest.approx((55.0 + 70.0) / 2)
     assert uniform["constant_rmse_m"] == pytest.approx(105.0)
-    assert none["late_attack_rmse_m_mean"] == pytest.approx(25.0) and none["late_attack_rmse_m_std"] == pytest.approx(5.0)
+    assert none["late_attack_rmse_m_mean"] == pytest.approx(25.0) and none["late_attack_rmse_m_std"] == pytest.approx(5 * np.sqrt(2))
     # Seed 1 has no attack after round 1: the mean is seed 0's alone, with no spread.
     assert uniform["late_attack_rmse_m_mean"] == pytest.approx(60.0) and rows[1]["late_attack_rmse_m_std"] == ""
     # The ratios to the constant guess: round 1's (30/100, 40/100) and the later attacks' (20/100, 30/100).
     assert none["first_attack_ratio_mean"] == pytest.approx(0.35)
-    assert none["late_attack_ratio_mean"] == pytest.approx(0.25) and none["late_attack_ratio_std"] == pytest.approx(0.05)
+    assert none["late_attack_ratio_mean"] == pytest.approx(0.25) and none["late_attack_ratio_std"] == pytest.approx(0.05 * np.sqrt(2))
     assert uniform["late_attack_ratio_mean"] == pytest.approx(0.6)  # Seed 0 alone, as above.
     assert np.isnan(none["late_matching_ratio_mean"]) and np.isnan(none["late_ridge_ratio_mean"])  # Scored by no matching attacker.
     table = open(out["table_md"]).read()
-    assert "| none | 0 | 2 | -21.00 | 1.00 | 25.00 | 5.00 | 30.00 | 100.00 | n/a |" in table
+    assert "| method | noise_multiplier | seeds | best_val_mse_db | final_attack_rmse_m | mean_attack_rmse_m_mean |" in table  # Mean +- std pairs.
+    assert "| none | 0 | 2 | -21.00 +- 1.41 | 25.00 +- 7.07 | 30.00 | 100.00 | n/a |" in table
+    assert "+- is the sample standard deviation (ddof = 1) over the seeds of each row" in table
     assert "uniform_nu0.01_s1: last attack at round 1 of 3" in table
     with open(out["figure"], "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n" and os.path.getsize(out["figure"]) > 10_000
@@ -210,9 +213,9 @@ def test_one_seed_has_no_std_and_max_epsilon_is_the_worst_seed_or_no_guarantee(r
     assert (one["seeds"], one["best_val_mse_db_mean"], one["best_val_mse_db_std"], one["final_attack_rmse_m_std"]) == ("1", "-5.0", "", "")
     assert [rows[k]["max_epsilon"] for k in (("none", "0.0"), ("uniform", "0.01"), ("uniform", "0.1"))] == ["", "14.0", "3.25"]
     table = open(out["table_md"]).read()
-    assert "| uniform | 0.1 | 1 | -5.00 | n/a | 95.00 | n/a | 92.50 | 100.00 | 3.25 | -4.00 | n/a |" in table
-    assert "| none | 0 | 2 | -21.00 | 1.00 | 25.00 | 5.00 | 30.00 | 100.00 | no guarantee | -20.00 | 1.00 |" in table
-    assert "| uniform | 0.01 | 2 | -14.00 | 1.00 | 65.00 | 5.00 | 62.50 | 105.00 | 14 |" in table
+    assert "| uniform | 0.1 | 1 | -5.00 +- n/a | 95.00 +- n/a | 92.50 | 100.00 | 3.25 | -4.00 +- n/a |" in table
+    assert "| none | 0 | 2 | -21.00 +- 1.41 | 25.00 +- 7.07 | 30.00 | 100.00 | no guarantee | -20.00 +- 1.41 |" in table
+    assert "| uniform | 0.01 | 2 | -14.00 +- 1.41 | 65.00 +- 7.07 | 62.50 | 105.00 | 14 |" in table
     assert os.path.getsize(out["figure"]) > 10_000
 
 
@@ -272,13 +275,13 @@ def test_the_close_up_holds_every_point_near_no_defense_and_leaves_out_a_destroy
         row("subspace", 5.0, 0.99),  # a destroyed model: outside the close-up
         row("clip", np.nan, np.nan),  # no figures: ignored
     ]
-    (left, right), (bottom, top) = front_report.zoom_window(rows, "r")
+    (left, right), (bottom, top) = front_figures.zoom_window(rows, "r")
     assert right == pytest.approx(-13.0) and left == pytest.approx(-17.0 - 0.15)
     assert bottom == 0.0 and top == pytest.approx(1.1 * 0.30)
     # Without a No Defense row the close-up starts from the best point.
-    (left, right), _ = front_report.zoom_window(rows[1:], "r")
+    (left, right), _ = front_figures.zoom_window(rows[1:], "r")
     assert right == pytest.approx(-13.5)
-    assert front_report.zoom_window([row("clip", np.nan, np.nan)], "r") is None
+    assert front_figures.zoom_window([row("clip", np.nan, np.nan)], "r") is None
     # No Defense without an attack figure and every scored point far from it: the full height.
-    (left, right), heights = front_report.zoom_window([row("none", -16.0, np.nan), row("uniform", 0.0, 0.5)], "r")
+    (left, right), heights = front_figures.zoom_window([row("none", -16.0, np.nan), row("uniform", 0.0, 0.5)], "r")
     assert heights == (0.0, 1.05) and left < -16.0 < right == pytest.approx(-13.0)

@@ -58,10 +58,10 @@ def test_interrupted_run_resumes_and_ends_like_an_uninterrupted_one(tff_runtime,
     # Seeded noise: the resumed run's rounds are the uninterrupted run's, bit for bit.
     strip = lambda rows: [{k: v for k, v in r.items() if "seconds" not in k} for r in rows]  # noqa: E731
     assert strip(rows_a) == strip(rows_b)
-    front_of = pa.max_epsilon_of_run(straight, json.load(open(os.path.join(straight, "summary.json"))))
+    front_of = saved_runs.max_epsilon_of_run(straight, json.load(open(os.path.join(straight, "summary.json"))))
     assert front_of == resumed["privacy"]["max_epsilon"]
     # A run finished before the accounting existed: its epsilon replayed from config.json.
-    assert pa.max_epsilon_of_run(straight, {}) == pytest.approx(front_of, rel=1e-12)
+    assert saved_runs.max_epsilon_of_run(straight, {}) == pytest.approx(front_of, rel=1e-12)
     assert json.load(open(os.path.join(interrupted, "config.json")))["defense"] == "uniform"
     assert os.listdir(os.path.join(interrupted, "tensorboard"))
     for name in ("curves.png", "predictions.png"):

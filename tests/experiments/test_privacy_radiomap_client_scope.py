@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tff_radiomap.aggregators import aligned_noise, client_subspace_noise, subspace_noise
-from tff_radiomap.experiments import privacy_defenses, rescoring
+from tff_radiomap.experiments import basis_refresh, privacy_defenses, rescoring
 from tff_radiomap.experiments import privacy_radiomap as experiment
 from tff_radiomap.models.phases import Phase
 from tff_radiomap.privacy import budget as budget_lib
@@ -62,11 +62,11 @@ def client_runs(tff_runtime, config, cached_trainers, tmp_path_factory):
 
 
 def test_owners_are_the_clients_then_the_maps_no_client_holds(config):
-    owners = privacy_defenses.map_owners(config)
+    owners = basis_refresh.map_owners(config)
     assert len(owners) == 8 and set(owners.values()) == set(range(5))  # 3 clients, 2 maps held by none.
     counts = np.bincount(list(owners.values()))
     assert list(counts) == [2, 2, 2, 1, 1]
-    assert privacy_defenses.client_rank(dataclasses.replace(config, basis_k_per_map=3)) == 6
+    assert basis_refresh.client_rank(dataclasses.replace(config, basis_k_per_map=3)) == 6
 
 
 def test_aligned_run_writes_every_owner_basis_and_allocation_and_resumes_exactly(client_runs):
@@ -79,7 +79,7 @@ def test_aligned_run_writes_every_owner_basis_and_allocation_and_resumes_exactly
     assert client_runs["resumed_summary"]["final_val_mse"] == pytest.approx(client_runs["straight_summary"]["final_val_mse"], rel=1e-5)
     for phase in (1, 2):
         folder = os.path.join(a, "basis", f"phase{phase}")
-        g = privacy_defenses.subspace_groups(cfg, Phase(phase))
+        g = basis_refresh.subspace_groups(cfg, Phase(phase))
         d = g.num_coordinates
         assert g.rank == 2
         for owner in range(5):
@@ -134,7 +134,7 @@ def test_rescoring_a_client_scoped_run_gives_back_its_figures(client_runs, tmp_p
 
 
 def test_a_missing_owner_file_stops_a_resume_by_name(client_runs, tmp_path):
-    refresher = privacy_defenses.BasisRefresher(client_runs["aligned"], str(tmp_path / "empty"), {})
+    refresher = basis_refresh.BasisRefresher(client_runs["aligned"], str(tmp_path / "empty"), {})
     assert not refresher.due(3)
     with pytest.raises(FileNotFoundError, match="owner0.bin"):
         refresher.before_round(None, None, 3)

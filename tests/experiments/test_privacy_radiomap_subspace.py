@@ -12,7 +12,7 @@ import shutil
 import numpy as np
 import pytest
 
-from tff_radiomap.experiments import attack_rounds, privacy_defenses, rescoring
+from tff_radiomap.experiments import attack_rounds, basis_refresh, privacy_defenses, rescoring
 from tff_radiomap.experiments import privacy_radiomap as experiment
 from tff_radiomap.models.phases import Phase
 
@@ -73,11 +73,11 @@ def test_subspace_run_refreshes_its_twin_basis_and_resumes_exactly(subspace_runs
     assert subspace_runs["resumed_summary"]["final_val_mse"] == pytest.approx(subspace_runs["straight_summary"]["final_val_mse"], rel=1e-5)
     # 8 maps x 2 directions, orthonormal, per phase.
     for phase in (1, 2):
-        d = privacy_defenses.subspace_groups(sub, Phase(phase)).num_coordinates
-        v = privacy_defenses.subspace_noise.read_basis(os.path.join(a, "basis", f"phase{phase}.bin"), (d, 16)).numpy()
+        d = basis_refresh.subspace_groups(sub, Phase(phase)).num_coordinates
+        v = basis_refresh.subspace_noise.read_basis(os.path.join(a, "basis", f"phase{phase}.bin"), (d, 16)).numpy()
         np.testing.assert_allclose(v.T @ v, np.eye(16), atol=1e-4)
     # Resuming between refreshes without the basis file cannot be exact, and says so.
-    refresher = privacy_defenses.BasisRefresher(sub, str(tmp_path / "empty"), {})
+    refresher = basis_refresh.BasisRefresher(sub, str(tmp_path / "empty"), {})
     assert not refresher.due(3)
     with pytest.raises(FileNotFoundError, match="phase2.bin"):
         refresher.before_round(None, None, 3)

@@ -4,6 +4,7 @@ import json
 import os
 import threading
 
+import numpy as np
 import pytest
 
 from tff_radiomap.experiments import privacy_table as pt
@@ -31,11 +32,14 @@ def test_table_and_figure_from_runs(tmp_path):
     out = pt.write_results(root, ["none", "uniform"], [0, 1])
     rows = {r["method"]: r for r in out["rows"]}
     u = rows["Uniform Noise"]
-    assert u["best_val_mse_db_mean"] == pytest.approx(-11.0) and u["best_val_mse_db_std"] == pytest.approx(1.0)
+    # Sample standard deviations (ddof = 1): of -10 and -12, sqrt(2); of 40 and 60, 10 sqrt(2).
+    assert u["best_val_mse_db_mean"] == pytest.approx(-11.0) and u["best_val_mse_db_std"] == pytest.approx(np.std([-10.0, -12.0], ddof=1))
     assert u["final_attack_rmse_m_mean"] == pytest.approx(50.0) and u["constant_guess_rmse_m"] == pytest.approx(100.0)
     assert rows["No Defense"]["final_attack_rmse_m_mean"] == pytest.approx(25.0)
     assert os.path.getsize(out["figure"]) > 1000
-    assert "| Uniform Noise | -11.00 +- 1.00 | 50.00 +- 10.00 | 100.00 |" in open(out["table_md"]).read()
+    table = open(out["table_md"]).read()
+    assert "| Uniform Noise | -11.00 +- 1.41 | 50.00 +- 14.14 | 100.00 |" in table
+    assert "+- is the sample standard deviation (ddof = 1) over 2 seeds" in table
 
 
 def test_missing_run_is_named(tmp_path):

@@ -7,7 +7,7 @@ from tff_radiomap.models import phases
 from tff_radiomap.aggregators import UniformNoiseFactory
 from tff_radiomap.learning import local_training
 from tff_radiomap.models import radiounet
-from tff_radiomap.privacy import attack
+from tff_radiomap.privacy import attack, ridge_attacker
 from tff_radiomap.privacy import groups as G
 
 
@@ -16,11 +16,11 @@ def test_attacker_recovers_a_leaky_feature_and_not_noise():
     coords = rng.uniform(0, 256, size=(400, 2))
     mix = rng.normal(size=(2, 50))
     leaky = coords @ mix + rng.normal(scale=1.0, size=(400, 50))
-    att = attack.LocalizationAttacker().fit(leaky[:300], coords[:300])
+    att = ridge_attacker.LocalizationAttacker().fit(leaky[:300], coords[:300])
     err = np.sqrt(np.mean(np.sum((att.predict(leaky[300:]) - coords[300:]) ** 2, 1)))
     assert err < 5.0
     noise = rng.normal(size=(400, 50))
-    att = attack.LocalizationAttacker().fit(noise[:300], coords[:300])
+    att = ridge_attacker.LocalizationAttacker().fit(noise[:300], coords[:300])
     err = np.sqrt(np.mean(np.sum((att.predict(noise[300:]) - coords[300:]) ** 2, 1)))
     const = np.sqrt(np.mean(np.sum((coords[300:] - coords[:300].mean(0)) ** 2, 1)))
     assert err > 0.9 * const
@@ -108,7 +108,7 @@ def test_ridge_grid_reaches_the_constant_predictor():
     rng = np.random.default_rng(3)
     coords = rng.uniform(0, 256, size=(60, 2))
     noise = rng.normal(size=(60, 5000))
-    att = attack.LocalizationAttacker(alphas=(1e-3,)).fit(noise[:40], coords[:40])
+    att = ridge_attacker.LocalizationAttacker(alphas=(1e-3,)).fit(noise[:40], coords[:40])
     assert att.alpha == np.inf
     np.testing.assert_allclose(att.predict(noise[40:]), np.broadcast_to(coords[:40].mean(0), (20, 2)))
 
@@ -200,3 +200,32 @@ def test_one_traced_graph_serves_every_chunk_length(tiny):
     np.testing.assert_array_equal(collector.collect(x[:5], y[:5], chunk=3, seed=(2, 0)), whole)
     collector.collect(x[5:7], y[5:7], seed=(2, 1))
     assert sum(f.experimental_get_tracing_count() for f in collector._traced.values()) == 1
+
+
+def test_the_ridge_attacker_is_scikit_learns_ridge_on_standardized_features():
+    # An independent reference for h: scikit-learn's StandardScaler then Ridge (primal, with an
+    # intercept), against the attacker's dual ridge with its regularization chosen on validation.
+    from sklearn.linear_model import Ridge
+    from sklearn.preprocessing import StandardScaler
+
+    rng = np.random.default_rng(3)
+    coords = rng.uniform(0, 256, size=(160, 2))
+    features = coords @ rng.normal(size=(2, 300)) + rng.normal(scale=30.0, size=(160, 300)) + rng.normal(size=300) * 5  # More features than traces.
+    train, test = slice(0, 120), slice(120, 160)
+    alphas = (10.0, 100.0, 1000.0)
+    att = ridge_attacker.LocalizationAttacker(alphas=alphas, seed=1).fit(features[train], coords[train])
+    assert att.alpha in alphas  # The signal is there: not the constant guess.
+    scaler = StandardScaler().fit(features[train])
+    reference = Ridge(alpha=att.alpha).fit(scaler.transform(features[train]), coords[train])
+    np.testing.assert_allclose(att.predict(features[test]), reference.predict(scaler.transform(features[test])), rtol=1e-4, atol=1e-3)
+    # The choice: the alpha of least validation RMSE, each fitted on the rest of the training traces
+    # (standardized over all of them, as the attacker does; no intercept refit on the subset).
+    order = np.random.default_rng(1).permutation(120)
+    val, tr = order[: int(0.2 * 120)], order[int(0.2 * 120) :]
+    z, c = scaler.transform(features[train]), coords[train]
+
+    def val_rmse(alpha):
+        fit = Ridge(alpha=alpha, fit_intercept=False).fit(z[tr], c[tr] - c[tr].mean(0))
+        return np.sqrt(np.mean(np.sum((fit.predict(z[val]) + c[tr].mean(0) - c[val]) ** 2, 1)))
+
+    assert att.alpha == min(alphas, key=val_rmse)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from tff_radiomap.privacy import matching_attack as ma
+from tff_radiomap.privacy import matching_uploads
 
 
 def _coordinate_model(d, groups):
@@ -168,13 +169,13 @@ def test_tempering_is_chosen_on_the_calibration_samples():
 
 def test_clip_uploads_scales_to_the_clip_norm():
     u = np.array([[[3.0, 4.0]], [[0.3, 0.4]]], np.float32)
-    np.testing.assert_allclose(ma.clip_uploads(u, 1.0), [[[0.6, 0.8]], [[0.3, 0.4]]], rtol=1e-6)
-    assert ma.clip_uploads(u, None) is u
+    np.testing.assert_allclose(matching_uploads.clip_uploads(u, 1.0), [[[0.6, 0.8]], [[0.3, 0.4]]], rtol=1e-6)
+    assert matching_uploads.clip_uploads(u, None) is u
     # Scaled in float64 and rounded once, as the client's clip; within the clip, the same bits.
     rng = np.random.default_rng(5)
     many = rng.standard_normal((5, 3, 1000)).astype(np.float32) * np.array([0.001, 0.1, 1.0], np.float32)[None, :, None]
     norm = np.linalg.norm(many.astype(np.float64), axis=-1, keepdims=True)
     reference = (many * (1.0 / np.maximum(norm, 1.0))).astype(np.float32)
-    clipped = ma.clip_uploads(many, 1.0)
+    clipped = matching_uploads.clip_uploads(many, 1.0)
     assert clipped.dtype == np.float32 and np.array_equal(clipped, reference)
     assert np.array_equal(clipped[:, 0], many[:, 0])

@@ -1,4 +1,7 @@
-"""Helpers of the program tests: running a program, killing it or its TFF worker mid-run."""
+"""Helpers of the program tests: running a program, killing it or its TFF worker mid-run.
+
+A kill lands at a known point: the program is started held (`held_env`, `runtime.hold`) and waits
+at that point, so the test never races a program that may have finished before the kill."""
 
 import csv
 import os
@@ -6,6 +9,8 @@ import signal
 import subprocess
 import sys
 import time
+
+from tff_radiomap.runtime import hold
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TIMEOUT_S = 600
@@ -32,28 +37,17 @@ def start(module: str, *args: str, stderr_path=None, stdout_path=None, env=None)
                 f.close()
 
 
+def held_env(point: str, path, base: dict | None = None) -> dict:
+    """`base` (default this process's environment) with the program held at `point` until `path` goes."""
+    return {**(os.environ if base is None else base), hold.ENV: f"{point}={path}"}
+
+
 def wait_for(path, proc: subprocess.Popen) -> None:
     """Polls until `path` exists; fails if `proc` exits first."""
     deadline = time.monotonic() + TIMEOUT_S
     while not os.path.exists(path):
         assert proc.poll() is None, f"the program exited ({proc.returncode}) before writing {path}"
         assert time.monotonic() < deadline, f"no {path} after {TIMEOUT_S} s"
-        time.sleep(0.05)
-
-
-def wait_for_replaced(path, seen: os.stat_result, proc: subprocess.Popen) -> None:
-    """Polls until `path` is another file than the one `seen` describes (an atomic rewrite: new
-    inode or modification time); fails if `proc` exits first."""
-    deadline = time.monotonic() + TIMEOUT_S
-    while True:
-        try:
-            now = os.stat(path)
-            if (now.st_ino, now.st_mtime_ns) != (seen.st_ino, seen.st_mtime_ns):
-                return
-        except FileNotFoundError:
-            pass
-        assert proc.poll() is None, f"the program exited ({proc.returncode}) before rewriting {path}"
-        assert time.monotonic() < deadline, f"{path} not rewritten after {TIMEOUT_S} s"
         time.sleep(0.05)
 
 
@@ -80,15 +74,16 @@ def worker_pids(pid: int) -> list[int]:
     return found
 
 
-def kill_its_worker_then_finish(program: subprocess.Popen, ready, stderr_path) -> int:
-    """Once `ready()` returns (it waits for a checkpoint of `program`), kills the program's one TFF
-    worker and waits for the program to end with exit 0 (the program is killed if the test fails
-    first); returns the killed worker's pid."""
+def kill_its_worker_then_finish(program: subprocess.Popen, held, stderr_path) -> int:
+    """Once `program` holds at its point (it wrote `held`, see `held_env`), kills the program's one
+    TFF worker, lets the program go on and waits for it to end with exit 0 (the program is killed
+    if the test fails first); returns the killed worker's pid."""
     try:
-        ready()
+        wait_for(held, program)
         workers = worker_pids(program.pid)
         assert len(workers) == 1, workers
         os.kill(workers[0], signal.SIGKILL)
+        os.remove(held)
         assert program.wait(timeout=TIMEOUT_S) == 0, open(stderr_path).read()[-2000:]
     finally:
         if program.poll() is None:

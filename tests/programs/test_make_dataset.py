@@ -7,6 +7,7 @@ import time
 import pytest
 
 from tff_radiomap.data import radiomapseer as rms
+from tff_radiomap.runtime import hold
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -67,17 +68,26 @@ def _files(root):
 
 def test_killed_mid_run_and_restarted_gives_the_files_of_an_uninterrupted_run(tmp_path):
     args = ["--maps", "10", "--transmitters", "2", "--size", "128", "--seed", "3"]
-    killed, straight = str(tmp_path / "killed"), str(tmp_path / "straight")
+    killed, straight, held = str(tmp_path / "killed"), str(tmp_path / "straight"), str(tmp_path / "held")
+    # The program holds with map 2 half written, all but the buildings image that marks it complete
+    # (`runtime.hold`): the kill lands there, never after the program's end.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "programs.make_dataset", "--out", killed, *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [sys.executable, "-m", "programs.make_dataset", "--out", killed, *args],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=hold.env("map 2 before its buildings", held),
     )
-    first_map = os.path.join(killed, "png", "buildings_complete", "0.png")
-    while not os.path.exists(first_map) and proc.poll() is None:
+    deadline = time.monotonic() + 300
+    while not os.path.exists(held):
+        assert proc.poll() is None, f"the program exited ({proc.returncode}) before map 2"
+        assert time.monotonic() < deadline, "map 2 not written after 300 s"
         time.sleep(0.01)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
-    assert len(os.listdir(os.path.dirname(first_map))) < 10
+    assert proc.returncode == -signal.SIGKILL
+    assert sorted(os.listdir(os.path.join(killed, "png", "buildings_complete"))) == ["0.png", "1.png"]
+    assert os.path.exists(os.path.join(killed, "gain", "DPM", "2_1.png"))  # Map 2's other files are there.
     assert _run("--out", killed, *args).returncode == 0
     assert _run("--out", straight, *args).returncode == 0
     assert _files(killed) == _files(straight)

@@ -57,15 +57,17 @@ def test_killed_mid_run_restarted_and_its_tff_worker_killed_ends_with_the_csv_of
     killed (-9) after round 1; restarted, its TFF worker killed after its first round, which the
     program restarts, resuming; it ends with the rows and summary of an uninterrupted run."""
     out, stdout, stderr = tmp_path / "run", tmp_path / "stdout.txt", tmp_path / "stderr.txt"
-    killed = processes.start("programs.privacy_radiomap", *_args(data_root, out))
-    processes.wait_for(out / "program_state" / "program_state_1", killed)
+    held, held_again = tmp_path / "held", tmp_path / "held_again"  # A file each: the killed program leaves its own.
+    killed = processes.start("programs.privacy_radiomap", *_args(data_root, out), env=processes.held_env("state after round 1", held))
+    processes.wait_for(held, killed)  # Held after saving round 1's state: the kill lands there.
     processes.kill(killed)
-    assert not (out / "summary.json").exists()
-    saved = max(int(p.name.rsplit("_", 1)[1]) for p in (out / "program_state").glob("program_state_*") if p.name.rsplit("_", 1)[1].isdigit())
+    assert killed.returncode == -9 and not (out / "summary.json").exists()
+    assert (out / "program_state" / "program_state_1").exists() and not (out / "program_state" / "program_state_2").exists()
 
-    program = processes.start("programs.privacy_radiomap", *_args(data_root, out), stdout_path=stdout, stderr_path=stderr, env=processes.user_env())
-    next_round = out / "program_state" / f"program_state_{saved + 1}"  # A round of the restarted program.
-    worker = processes.kill_its_worker_then_finish(program, lambda: processes.wait_for(next_round, program), stderr)
+    # Restarted, it resumes after round 1; held after saving round 2, its worker is killed.
+    env = processes.held_env("state after round 2", held_again, processes.user_env())
+    program = processes.start("programs.privacy_radiomap", *_args(data_root, out), stdout_path=stdout, stderr_path=stderr, env=env)
+    worker = processes.kill_its_worker_then_finish(program, held_again, stderr)
     done_stdout, done_stderr = stdout.read_text(), stderr.read_text()
     assert "resuming after round" in (out / "log.txt").read_text()
     assert f"the TFF worker (pid {worker}) died" in done_stderr and "restarting it (1/3)" in done_stderr

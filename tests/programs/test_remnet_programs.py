@@ -72,14 +72,16 @@ def test_epfl_remnet_killed_mid_run_restarted_and_its_tff_worker_killed_ends_lik
     program's first checkpoint, which the program survives; it ends like an uninterrupted run."""
     out, run_dir = tmp_path / "out", tmp_path / "out" / "heavy" / "epfl_remnet"
     stdout, stderr = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
-    killed = processes.start("programs.epfl_remnet", *_args(rem_root, out))
-    processes.wait_for(run_dir / "checkpoint.npz", killed)
+    held, held_again = tmp_path / "held", tmp_path / "held_again"  # A file each: the killed program leaves its own.
+    killed = processes.start("programs.epfl_remnet", *_args(rem_root, out), env=processes.held_env("checkpoint after round 2", held))
+    processes.wait_for(held, killed)  # Held after its first checkpoint (round 2): the kill lands there.
     processes.kill(killed)
-    assert not (run_dir / "final.json").exists()
-    saved = os.stat(run_dir / "checkpoint.npz")
+    assert killed.returncode == -9 and not (run_dir / "final.json").exists()
 
-    program = processes.start("programs.epfl_remnet", *_args(rem_root, out), stdout_path=stdout, stderr_path=stderr)
-    worker = processes.kill_its_worker_then_finish(program, lambda: processes.wait_for_replaced(run_dir / "checkpoint.npz", saved, program), stderr)
+    # Restarted, it resumes after round 2; held after its next checkpoint, its worker is killed.
+    env = processes.held_env("checkpoint after round 4", held_again)
+    program = processes.start("programs.epfl_remnet", *_args(rem_root, out), stdout_path=stdout, stderr_path=stderr, env=env)
+    worker = processes.kill_its_worker_then_finish(program, held_again, stderr)
     assert "resuming after round" in stdout.read_text()
     assert f"the TFF worker (pid {worker}) died" in stderr.read_text()
     assert _metrics(out) == _metrics(uninterrupted)

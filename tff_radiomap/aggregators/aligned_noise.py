@@ -8,7 +8,7 @@ direction with the variances of `privacy.aligned_allocation.aligned_variances`:
 
 lambda_g the variance of the client's twin uploads across positions along g, c_g the validation
 loss increase per unit noise energy along g, both measured at each refresh on the client's own maps
-(`experiments.privacy_defenses.BasisRefresher`), mu' from the `tradeoff` and kappa from the budget.
+(`experiments.basis_refresh.BasisRefresher`), mu' from the `tradeoff` and kappa from the budget.
 So the noise sits where the client's uploads tell positions apart, away from where the model
 learns, and spends exactly Uniform Noise's budget.
 

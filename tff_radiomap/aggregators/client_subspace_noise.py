@@ -12,7 +12,7 @@ Noise does with the federation's basis. Every client's basis has the same rank K
 
 Which basis is the client's: the factory is keyed (`aggregators.keyed`): it aggregates
 <update, client> values and client k reads `owner_basis_path(basis_dir, k)` (written between
-rounds by the refresher, `experiments.privacy_defenses.BasisRefresher`) inside the computation:
+rounds by the refresher, `experiments.basis_refresh.BasisRefresher`) inside the computation:
 each client reads its own K columns, not the federation's. Owners beyond the clients (maps no
 client holds, whose samples an observer may still simulate) have bases of their own, so that an
 observer can privatize a trace on any map as that map's holder would: `map_owners` maps every map

@@ -25,7 +25,6 @@ at the same budget: the guarantee is the weakest direction's.
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import tensorflow as tf
@@ -33,25 +32,23 @@ import tensorflow as tf
 from tff_radiomap import seeds as seeds_lib
 from tff_radiomap.aggregators.client_perturbation import ClientPerturbationFactory
 from tff_radiomap.privacy.groups import SubspaceGroups
+from tff_radiomap.runtime.atomic import atomic_write
 
 
 def write_tensor(path: str, array: np.ndarray) -> None:
     """Writes a float32 array as a `tf.io.serialize_tensor` file, atomically (the clients may read
     it at any time)."""
     data = tf.io.serialize_tensor(tf.constant(np.asarray(array, np.float32))).numpy()
-    tmp = f"{path}.tmp"
-    with open(tmp, "wb") as f:
+    with atomic_write(path, "wb") as f:
         f.write(data)
-    os.replace(tmp, path)
 
 
 def write_basis(path: str, basis: np.ndarray) -> None:
     """Writes V for `basis_path`, atomically: its float32 values in C order and nothing else, so
     that a client reads it without parsing (`read_basis`; the reader knows d and K). A parsed
     `tf.io.serialize_tensor` file, this package's earlier layout, cost a client twice the read."""
-    tmp = f"{path}.tmp"
-    np.ascontiguousarray(basis, np.float32).tofile(tmp)
-    os.replace(tmp, path)
+    with atomic_write(path, "wb") as f:
+        np.ascontiguousarray(basis, np.float32).tofile(f)
 
 
 def read_basis(path, shape) -> tf.Tensor:

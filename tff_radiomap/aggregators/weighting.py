@@ -5,7 +5,8 @@ A factory of this package subclasses both `tff.aggregators.UnweightedAggregation
 `create(value_type, weight_type)` a weighted one. Its round is written once, as
 `next_impl(state, value, weight=None)`; `next_computation` wraps it in the federated
 computation of the right signature, as TFF's own `robust._make_wrapper` does for its two factory
-classes. `inner_process` picks and creates the inner factory of the matching kind.
+classes. `inner_process` picks and creates the inner factory of the matching kind; `as_weighted`
+makes a model aggregator of either kind weighted (what a learning process takes).
 """
 
 from __future__ import annotations
@@ -59,3 +60,18 @@ def next_computation(next_impl: Callable, state_type, value_type, weight_type=No
             return next_impl(state, value, weight)
 
     return next_fn
+
+
+AggregationFactory = tff.aggregators.WeightedAggregationFactory | tff.aggregators.UnweightedAggregationFactory
+
+
+def as_weighted(model_aggregator: AggregationFactory | None) -> tuple[tff.aggregators.WeightedAggregationFactory, str]:
+    """(weighted factory, client weighting it applies: 'num_examples' or 'uniform')."""
+    if model_aggregator is None:
+        # no_nan_division: a round whose every update was zeroed (weight 0) leaves the model as is.
+        return tff.aggregators.MeanFactory(no_nan_division=True), "num_examples"
+    if isinstance(model_aggregator, tff.aggregators.WeightedAggregationFactory):
+        return model_aggregator, "num_examples"
+    if isinstance(model_aggregator, tff.aggregators.UnweightedAggregationFactory):
+        return tff.aggregators.as_weighted_aggregator(model_aggregator), "uniform"
+    raise TypeError(f"model_aggregator={model_aggregator!r}: expected a tff.aggregators.WeightedAggregationFactory or UnweightedAggregationFactory")

@@ -26,6 +26,8 @@ from PIL import Image
 
 from tff_radiomap.data import encoding
 from tff_radiomap.data.propagation import MapPropagation, PropagationConfig
+from tff_radiomap.runtime.atomic import atomic_write, is_stale_temporary
+from tff_radiomap.runtime.hold import hold
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,36 +129,16 @@ def layout_dirs(root: str, simulation: str = "DPM") -> dict[str, str]:
 
 
 def _save_png(path: str, array: np.ndarray) -> None:
-    # The temporary name holds the writer's pid: two programs completing the same set at once (two
-    # runs of a front starting together) each write whole files and the last rename wins.
-    tmp = f"{path}.{os.getpid()}.tmp.png"
-    Image.fromarray(array.astype(np.uint8), mode="L").save(tmp)
-    os.replace(tmp, path)  # Never leave a half-written PNG behind.
+    # Never a half-written PNG; two programs completing the same set at once (two runs of a front
+    # starting together) each write whole files and the last rename wins (`atomic_write`).
+    with atomic_write(path, "wb") as f:
+        Image.fromarray(array.astype(np.uint8), mode="L").save(f, format="PNG")
 
 
 def write_json(path: str, value, **kwargs) -> None:
-    """Writes `value` as JSON to `path` whole or not at all (a per-writer temporary, then a rename)."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
+    """Writes `value` as JSON to `path` whole or not at all (`atomic_write`)."""
+    with atomic_write(path) as f:
         json.dump(value, f, **kwargs)
-    os.replace(tmp, path)
-
-
-def _is_stale_temp(name: str) -> bool:
-    """A `_save_png` temporary left by a killed writer (its pid is no longer running), or by an
-    older version without a pid; a live writer's temporary is left alone."""
-    if not name.endswith(".tmp.png"):
-        return False
-    pid = name[: -len(".tmp.png")].rsplit(".", 1)[-1]
-    if not pid.isdigit():
-        return True
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
 
 
 def map_seed(seed: int, map_index: int) -> np.random.SeedSequence:
@@ -178,6 +160,7 @@ def write_map(root: str, map_index: int, spec: DatasetSpec, config: PropagationC
         gray = encoding.gain_db_to_gray(propagation.gain_db((row, col)))
         _save_png(os.path.join(dirs["gain"], f"{map_index}_{t}.png"), gray)
     write_json(os.path.join(dirs["antenna_json"], f"{map_index}.json"), [[int(col), int(row)] for row, col in txs])
+    hold(f"map {map_index} before its buildings")  # Kill-and-resume tests stop a program here (`runtime.hold`).
     # The buildings image goes last: its presence marks the map as complete (used to resume).
     _save_png(os.path.join(dirs["buildings"], f"{map_index}.png"), buildings.astype(np.uint8) * 255)
 
@@ -218,7 +201,7 @@ def prepare_root(root: str, spec: DatasetSpec, config: PropagationConfig = Propa
         write_json(path, record, indent=2)  # A kill leaves the spec whole or absent.
     for d in layout_dirs(root, spec.simulation).values():  # PNGs a kill left half-written.
         for name in os.listdir(d):
-            if _is_stale_temp(name):
+            if is_stale_temporary(name):
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(os.path.join(d, name))
     return [m for m in range(spec.maps) if not map_is_complete(root, m, spec)]

@@ -24,8 +24,21 @@ from PIL import Image
 
 from tff_radiomap.data import propagation
 from tff_radiomap.data import encoding, synthetic
+from tff_radiomap.runtime.atomic import atomic_write
 
 TWIN_FILE = "twin_spec.json"
+# The propagation model of every twin written before the record held one (`ensure_twin`): the
+# defaults of `PropagationConfig` then. A record without the field was made with these values.
+LEGACY_PROPAGATION = {
+    "frequency_hz": 5.9e9,
+    "antenna_height_m": 1.5,
+    "building_height_m": 25.0,
+    "meters_per_pixel": 1.0,
+    "corner_loss_db": 12.0,
+    "wall_loss_db": 15.0,
+    "max_diffractions": 3,
+    "max_corners": 160,
+}
 
 
 def simulate(buildings: np.ndarray, positions, config: propagation.PropagationConfig = propagation.PropagationConfig(), seed: int = 0) -> np.ndarray:
@@ -84,11 +97,21 @@ def _write_twin_map(args) -> None:
     synthetic._save_png(os.path.join(dirs["buildings"], f"{m}.png"), buildings.astype(np.uint8) * 255)  # Last: marks the map done.
 
 
-def twin_root(data_root: str, positions: int, seed: int, cache: str | None = None) -> str:
-    """Where `ensure_twin` writes the twin of `data_root` by default (beside the data cache)."""
+def twin_root(
+    data_root: str, positions: int, seed: int, cache: str | None = None, config: propagation.PropagationConfig = propagation.PropagationConfig()
+) -> str:
+    """Where `ensure_twin` writes the twin of `data_root` by default (beside the data cache): one
+    folder per propagation model (`propagation_record`); the earlier model's keeps its old name."""
     from tff_radiomap.data import default_set
 
-    return os.path.join(cache or default_set.cache_root(), f"{_twin_name(data_root)}_p{positions}_s{seed}")
+    record = propagation_record(config)
+    model = "" if record == LEGACY_PROPAGATION else "_m" + hashlib.sha1(json.dumps(record, sort_keys=True).encode()).hexdigest()[:8]
+    return os.path.join(cache or default_set.cache_root(), f"{_twin_name(data_root)}_p{positions}_s{seed}{model}")
+
+
+def propagation_record(config: propagation.PropagationConfig) -> dict:
+    """The propagation model's settings as a twin's record holds them."""
+    return dataclasses.asdict(config)
 
 
 def _twin_name(data_root: str) -> str:
@@ -116,18 +139,26 @@ def ensure_twin(
 
     `min_distance` (pixels at the stored size) keeps every twin transmitter out of the
     low-resolution cell of any transmitter of `data_root` (4 covers 256 -> 64). A root holding a
-    twin made with other settings raises ValueError.
+    twin made with other settings, the propagation model `config` included, raises ValueError
+    (a record written before it held the model was made with `LEGACY_PROPAGATION`).
     """
     if positions < 1:
         raise ValueError(f"twin positions={positions}: expected >= 1")
-    out_root = out_root or twin_root(data_root, positions, seed)
-    record = {"data_root": os.path.abspath(data_root), "positions": positions, "seed": seed, "min_distance": min_distance}
+    out_root = out_root or twin_root(data_root, positions, seed, config=config)
+    record = {
+        "data_root": os.path.abspath(data_root),
+        "positions": positions,
+        "seed": seed,
+        "min_distance": min_distance,
+        "propagation": propagation_record(config),
+    }
     for d in synthetic.layout_dirs(out_root).values():
         os.makedirs(d, exist_ok=True)
     path = os.path.join(out_root, TWIN_FILE)
     if os.path.exists(path):
         with open(path) as f:
             found = json.load(f)
+        found.setdefault("propagation", LEGACY_PROPAGATION)
         if found != record:
             raise ValueError(f"{out_root} holds a twin made with {found}, asked for {record}")
     else:
@@ -205,7 +236,6 @@ def position_gains(
                 return f["gains"]
     gains = simulate(read_buildings(data_root, m), positions, config, seed=m)
     os.makedirs(cache_dir, exist_ok=True)
-    tmp = f"{path}.tmp.npz"
-    np.savez(tmp, positions=positions, gains=gains)
-    os.replace(tmp, path)
+    with atomic_write(path, "wb") as f:  # Processes simulating the same map race on it.
+        np.savez(f, positions=positions, gains=gains)
     return gains

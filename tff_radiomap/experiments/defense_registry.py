@@ -8,7 +8,7 @@ in cost (concurrent runs start costliest first). A new defense is one `register_
 
 Each noise defense clips at C = `clip_norm` and spends the budget B = d (C nu)^2 over the groups
 of the upload of its phase (`privacy.groups.radiounet_groups`, or the leakage partition of
-`privacy_defenses.subspace_groups`), so B counts the coordinates actually uploaded.
+`basis_refresh.subspace_groups`), so B counts the coordinates actually uploaded.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from tff_radiomap.aggregators import (
     SubspaceNoiseFactory,
     UniformNoiseFactory,
 )
-from tff_radiomap.experiments import privacy_defenses
+from tff_radiomap.experiments import basis_refresh
 from tff_radiomap.models.phases import Phase
 from tff_radiomap.privacy import groups
 
@@ -134,9 +134,9 @@ def _subspace(config, phase, basis_dir=None):
     return SubspaceNoiseFactory(
         config.clip_norm,
         config.noise_multiplier,
-        privacy_defenses.subspace_groups(config, phase),
+        basis_refresh.subspace_groups(config, phase),
         share=config.subspace_share,
-        basis_path=privacy_defenses.basis_path(basis_dir, phase),
+        basis_path=basis_refresh.basis_path(basis_dir, phase),
         seed=_seed(config),
     )
 
@@ -144,16 +144,16 @@ def _subspace(config, phase, basis_dir=None):
 def _client_basis_dir(config, phase, basis_dir, name):
     if basis_dir is None:
         raise ValueError(f"the {name} defense needs a basis folder (basis_dir)")
-    return privacy_defenses.owner_basis_dir(basis_dir, phase)
+    return basis_refresh.owner_basis_dir(basis_dir, phase)
 
 
 def _subspace_client(config, phase, basis_dir=None):
     return ClientSubspaceNoiseFactory(
         config.clip_norm,
         config.noise_multiplier,
-        privacy_defenses.subspace_groups(config, phase, scope="client"),
+        basis_refresh.subspace_groups(config, phase, scope="client"),
         _client_basis_dir(config, phase, basis_dir, "subspace_client"),
-        privacy_defenses.map_owners(config),
+        basis_refresh.map_owners(config),
         share=config.subspace_share,
         seed=_seed(config),
     )
@@ -163,9 +163,9 @@ def _aligned(config, phase, basis_dir=None):
     return AlignedNoiseFactory(
         config.clip_norm,
         config.noise_multiplier,
-        privacy_defenses.subspace_groups(config, phase),
+        basis_refresh.subspace_groups(config, phase),
         _client_basis_dir(config, phase, basis_dir, "aligned"),
-        privacy_defenses.map_owners(config),
+        basis_refresh.map_owners(config),
         seed=_seed(config),
     )
 
@@ -178,8 +178,8 @@ def _adaptive(config, phase, basis_dir=None):
         return AdaptiveSubspaceNoiseFactory(
             config.clip_norm,
             config.noise_multiplier,
-            privacy_defenses.subspace_groups(config, phase),
-            basis_path=privacy_defenses.basis_path(basis_dir, phase),
+            basis_refresh.subspace_groups(config, phase),
+            basis_path=basis_refresh.basis_path(basis_dir, phase),
             **common,
         )
     g = groups.radiounet_groups(config.model_config(), phase)

@@ -3,11 +3,11 @@
 `write_results` reads the runs in `output_dir` (`privacy_front.run_name`) and writes
 
     front.csv, front.md   one row per (method, nu): best validation MSE (dB) and the attacker RMSE
-                          (m) at the last attack, mean and std over seeds (std empty, 'n/a' in
+                          (m) at the last attack, mean and sample std over seeds (std empty, 'n/a' in
                           front.md, for one seed); the attacker RMSE averaged over a run's attacks;
                           the constant-guess floor; the max epsilon (delta 1e-5) over the seeds'
                           clients, empty ('no guarantee' in front.md) where a run's uploads have
-                          none (`privacy_accounting.max_epsilon_of_run`; replayed for old runs);
+                          none (`saved_runs.max_epsilon_of_run`; replayed for old runs);
                           then the final validation MSE (dB; after the last round: stage 2's
                           output, which the best, often stage 1's, does not see)
     front.png             attacker RMSE against best validation MSE, one line per method across
@@ -18,7 +18,7 @@
 
 A run counts once its summary.json is written. `write_results(..., skip_missing=True)` reports
 from the finished runs alone and names the others. Reading the runs reuses Table I's pieces
-(`privacy_table.read_metrics`, `mean_std`, `last_attack`).
+(`privacy_table.read_metrics`, `mean_std`, `last_attack`); the figures are `front_figures`'.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ import os
 
 import numpy as np
 
-from tff_radiomap.experiments import privacy_accounting, privacy_table
-from tff_radiomap.experiments.privacy_front import NOISE_FREE, cells, finished, run_name
-from tff_radiomap.experiments.privacy_table import LABELS
+from tff_radiomap.experiments import front_figures, privacy_accounting, privacy_table, saved_runs
+from tff_radiomap.metrics import over_seeds
+from tff_radiomap.experiments.privacy_front import cells, finished, run_name
 
 COLUMNS = (
     "method",
@@ -90,7 +90,7 @@ def front_rows(output_dir: str, methods, noise_multipliers, seeds, skip_missing:
                 continue
             with open(os.path.join(run_dir, "summary.json")) as f:
                 summary = json.load(f)
-            runs.append((seed, summary, privacy_table.read_metrics(run_dir), privacy_accounting.max_epsilon_of_run(run_dir, summary)))
+            runs.append((seed, summary, privacy_table.read_metrics(run_dir), saved_runs.max_epsilon_of_run(run_dir, summary)))
         if not runs:
             continue
         last = [privacy_table.last_attack(metrics) for _, _, metrics, _ in runs]
@@ -253,7 +253,7 @@ def write_results(output_dir: str, methods, noise_multipliers, seeds, skip_missi
     moves = allocation_moves(allocation)
     with open(paths["md"], "w") as f:
         f.write(_markdown(rows, seeds, missing, notes, moves))
-    _figure(paths["png"], rows)
+    front_figures.front_figure(paths["png"], rows)
     result = {"rows": rows, "missing": missing, "table_md": paths["md"], "csv": paths["csv"], "figure": paths["png"]}
     if allocation:
         result.update(
@@ -263,31 +263,42 @@ def write_results(output_dir: str, methods, noise_multipliers, seeds, skip_missi
             writer = csv.DictWriter(f, fieldnames=ALLOCATION_COLUMNS)
             writer.writeheader()
             writer.writerows(allocation)
-        _allocation_figure(result["allocation_figure"], allocation)
+        front_figures.allocation_figure(result["allocation_figure"], allocation)
     return result
 
 
+def _markdown_columns() -> list[str]:
+    """front.md's columns: COLUMNS with each `x_mean`, `x_std` pair shown as one `x` (mean +- std)."""
+    return [c[: -len("_mean")] if c.endswith("_mean") and c[: -len("_mean")] + "_std" in COLUMNS else c for c in COLUMNS if c not in STD_COLUMNS]
+
+
+def _markdown_cell(row: dict, column: str) -> str:
+    if column in ("method", "seeds"):
+        return str(row[column])
+    if column == "noise_multiplier":
+        return f"{row[column]:g}"
+    if column == "max_epsilon":
+        eps = row[column]
+        return "no guarantee" if eps is None else "n/a" if not np.isfinite(eps) else f"{eps:.3g}"
+    if column not in row:  # A mean +- std pair.
+        return over_seeds.plus_minus(f"{row[column + '_mean']:.2f}", row[column + "_std"])
+    return f"{row[column]:.2f}"
+
+
 def _markdown(rows, seeds, missing, notes, moves=()) -> str:
+    columns = _markdown_columns()
     lines = [
-        f"Privacy-utility front (seeds {', '.join(map(str, seeds))}; mean +- std over the seeds of each row)",
-        "",
-        "| " + " | ".join(COLUMNS) + " |",
-        "| " + " | ".join("---" for _ in COLUMNS) + " |",
+        over_seeds.markdown_table(
+            columns, ([_markdown_cell(r, c) for c in columns] for r in rows), f"Privacy-utility front (seeds {', '.join(map(str, seeds))})"
+        ).rstrip("\n")
     ]
-    for r in rows:
-        values = [r["method"], f"{r['noise_multiplier']:g}", str(r["seeds"])]
-        for c in COLUMNS[3:]:
-            if c == "max_epsilon":
-                eps = r[c]
-                values.append("no guarantee" if eps is None else "n/a" if not np.isfinite(eps) else f"{eps:.3g}")
-            else:
-                values.append(privacy_table.std_text(r[c]) if c in STD_COLUMNS else f"{r[c]:.2f}")
-        lines.append("| " + " | ".join(values) + " |")
     lines += [
+        "",
+        over_seeds.std_note(),
         "",
         f"max_epsilon: the worst client's epsilon at delta {privacy_accounting.DELTA:g} over the seeds, against an observer of "
         "individual uploads (each client composes its own uploads; no amplification by sampling); 'no guarantee' where an "
-        "upload had none; 'n/a' where a run's is not known (no config.json). std 'n/a': fewer than two seeds with a value. "
+        "upload had none; 'n/a' where a run's is not known (no config.json). "
         "final_val_mse_db: after the last round (stage 2's output), where best_val_mse_db may be stage 1's. "
         "late_attack_rmse_m: the mean of a run's attacks after round 1, then over seeds (less noisy than the last attack). "
         "attack_rmse_m is the strongest attacker of each attack (the lowest ratio to its constant guess among the ridge's "
@@ -313,96 +324,3 @@ def _markdown(rows, seeds, missing, notes, moves=()) -> str:
     if missing:
         lines += ["", f"Not finished, left out: {', '.join(missing)}."]
     return "\n".join(lines) + "\n"
-
-
-ZOOM_DB = 3.0  # the lower panels: points within this much validation MSE of No Defense's
-
-
-def zoom_window(rows, key: str, width_db: float = ZOOM_DB) -> tuple[tuple[float, float], tuple[float, float]] | None:
-    """(x, y) limits of the front's close-up: best validation MSE within `width_db` of No Defense's
-    (of the best point's where no No Defense row is), attacker ratio from 0 to the highest mean plus
-    its std in that range. None where no point has both figures."""
-    points = [(r["best_val_mse_db_mean"], r[f"{key}_mean"], np.nan_to_num(r[f"{key}_std"]), np.nan_to_num(r["best_val_mse_db_std"])) for r in rows]
-    points = [p for p in points if np.isfinite(p[0]) and np.isfinite(p[1])]
-    if not points:
-        return None
-    anchor = [r["best_val_mse_db_mean"] for r in rows if r["method"] == "none" and np.isfinite(r["best_val_mse_db_mean"])]
-    right = (anchor[0] if anchor else min(x for x, *_ in points)) + width_db
-    left = min([x - x_std for x, _, _, x_std in points] + [right - width_db])
-    top = max((y + y_std for x, y, y_std, _ in points if x <= right), default=0.0)
-    return (left - 0.05 * width_db, right), (0.0, min(1.05, 1.1 * top) if top > 0 else 1.05)
-
-
-def _draw_front(ax, rows, key: str) -> None:
-    """One panel: a line per method across nu, attacker ratio `key` against best validation MSE."""
-    for method in dict.fromkeys(r["method"] for r in rows):
-        points = sorted((r for r in rows if r["method"] == method), key=lambda r: r["noise_multiplier"])
-        x, y = [p["best_val_mse_db_mean"] for p in points], [p[f"{key}_mean"] for p in points]
-        bar = lambda k: [np.nan_to_num(p[k]) for p in points]  # noqa: E731  (one seed: no bar)
-        bars = dict(xerr=bar("best_val_mse_db_std"), yerr=bar(f"{key}_std"), capsize=3)
-        if method == "none":
-            ax.errorbar(x, y, **bars, color="k", marker="*", markersize=14, linestyle="none", zorder=3, label=LABELS["none"])
-        else:
-            ax.errorbar(x, y, **bars, marker="o", label=LABELS.get(method, method))
-        for p, px, py in zip(points, x, y):
-            if method not in NOISE_FREE and np.isfinite(py):
-                ax.annotate(rf"$\nu$={p['noise_multiplier']:g}", (px, py), textcoords="offset points", xytext=(4, 4), fontsize=7)
-    ax.axhline(1.0, color="k", linestyle="--", label="constant guess")
-    ax.set(xlabel="best validation MSE (dB)")
-    ax.grid(alpha=0.3)
-
-
-def _figure(path: str, rows) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    # Left: the strongest attacker (what the front is judged by); right: the matching attacker alone.
-    # Top: every point; bottom: the close-up near No Defense, where most points crowd.
-    panels = (("late_attack_ratio", "strongest attacker, rounds after 1"), ("late_matching_ratio", "twin-matching attacker alone"))
-    fig, axes = plt.subplots(2, 2, figsize=(12, 10))
-    for (full, close), (key, title) in zip(axes.T, panels):
-        _draw_front(full, rows, key)
-        full.set_title(title)
-        _draw_front(close, rows, key)
-        window = zoom_window(rows, key)
-        if window is None:
-            close.set_title(title)
-        else:
-            close.set(xlim=window[0], ylim=window[1])
-            close.set_title(f"{title}: within {ZOOM_DB:g} dB of No Defense", fontsize=10)
-    for ax in axes[:, 0]:
-        ax.set_ylabel("attacker RMSE / constant guess")
-    axes[0, 0].legend(fontsize=8)
-    fig.suptitle("Privacy-utility front")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def _allocation_figure(path: str, rows: list[dict]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    runs = sorted({(r["method"], r["noise_multiplier"], r["seed"]) for r in rows})
-    cols = min(3, len(runs))
-    nrows = -(-len(runs) // cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.2 * nrows), squeeze=False, sharey=True)
-    for ax, run in zip(axes.flat, runs):
-        mine = [r for r in rows if (r["method"], r["noise_multiplier"], r["seed"]) == run]
-        for group in dict.fromkeys(r["group"] for r in mine):
-            points = sorted((r["round"], r["weight"]) for r in mine if r["group"] == group)
-            ax.plot(*zip(*points), marker=".", markersize=3, label=group)
-        for change in sorted({r["round"] for r in mine if r["phase"] != mine[0]["phase"]})[:1]:
-            ax.axvline(change - 0.5, color="k", linestyle=":", linewidth=0.8)
-        ax.set(title=run_name(*run), xlabel="round", ylabel="weight (mean client)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=6)
-    for ax in list(axes.flat)[len(runs) :]:
-        ax.set_visible(False)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)

@@ -25,8 +25,8 @@ import os
 from collections.abc import Mapping
 
 import dp_accounting
-from absl import logging
 
+from tff_radiomap.experiments import defense_registry
 from tff_radiomap.learning import federated_data
 from tff_radiomap.privacy import accounting
 from tff_radiomap.runtime import run_folder
@@ -63,7 +63,7 @@ def record_round(acc: accounting.PerClientAccountant, events: Mapping, phase, cl
 def replay(config, rounds: int | None = None, events: Mapping | None = None) -> accounting.PerClientAccountant:
     """The accountant of a run of `config` after `rounds` rounds (default: all), without training.
 
-    `events`: {phase: event}, default from the run's factories (`privacy_radiomap.phase_factories`;
+    `events`: {phase: event}, default from the run's factories (`defense_registry.phase_factories`;
     the subspace defense's needs the data root's maps). The centralised reference uploads nothing.
     """
     rounds = config.rounds if rounds is None else rounds
@@ -116,24 +116,5 @@ def restore(output_dir: str, config, done: int, events: Mapping) -> accounting.P
 def _events_of(config) -> dict:
     """The phase events of `config`'s factories, built once per configuration (`replay` passes it
     with seed 0: the seeds of a front share them, an event depends on the defense's parameters)."""
-    from tff_radiomap.experiments import privacy_radiomap  # It imports this module.
-
     # The subspace factory's basis file is read by its clients only: no folder is needed here.
-    return phase_events(privacy_radiomap.phase_factories(config, basis_dir=""))
-
-
-def max_epsilon_of_run(run_dir: str, summary: Mapping) -> float | None:
-    """A finished run's max epsilon: its summary's `privacy` entry, else (a run finished before
-    the accounting existed) replayed from its config.json. None: no guarantee; nan: not known
-    (no config.json, or one that cannot be replayed here)."""
-    if "privacy" in summary:
-        return summary["privacy"]["max_epsilon"]
-    if not os.path.exists(os.path.join(run_dir, "config.json")):
-        return float("nan")
-    from tff_radiomap.experiments import saved_runs  # It imports privacy_radiomap, which imports this module.
-
-    try:
-        return replay(saved_runs.run_config(run_dir)).summary()["max_epsilon"]
-    except (OSError, ValueError) as exc:  # A config of another version, a data root gone (subspace).
-        logging.warning("%s: max epsilon not replayed: %s", run_dir, exc)
-        return float("nan")
+    return phase_events(defense_registry.phase_factories(config, basis_dir=""))

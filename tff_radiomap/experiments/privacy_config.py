@@ -72,7 +72,7 @@ class ExperimentConfig:
     matching_stride: int = 1
     matching_calibration: int = 8
     matching_coarse: int = 1
-    # Subspace Noise (privacy_defenses.BasisRefresher): share of B in the twin's leakage basis,
+    # Subspace Noise (basis_refresh.BasisRefresher): share of B in the twin's leakage basis,
     # from `basis_positions` twin positions a map and its top `basis_k_per_map` directions. The
     # share 0.25 was chosen on seed 10 by the rule in bench/RESULTS.md ("Subspace Noise's
     # share, chosen on a selection seed"); runs before
@@ -83,7 +83,7 @@ class ExperimentConfig:
     basis_blocks: int = 1
     basis_every: int = 10  # Refresh at every phase's first round and every n rounds of it.
     # Whose basis a Subspace client uses: "federation" (every map's directions, one basis for all)
-    # or "client" (its own maps' top directions, `privacy_defenses.client_rank` of them; the
+    # or "client" (its own maps' top directions, `basis_refresh.client_rank` of them; the
     # defense `subspace_client` is `subspace` with "client"). Aligned Noise is always "client".
     basis_scope: str = "federation"
     # Aligned Noise: mu, the weight of the utility cost against the discriminability, each relative
@@ -91,7 +91,7 @@ class ExperimentConfig:
     aligned_tradeoff: float = 1.0
     twin_root: str = ""  # The defender's twin (RadioMapSeer layout); default: data.twin.ensure_twin(data_root).
     # Adaptive's groups: "paper" (the paper's mask groups) or "leakage" (the basis blocks of
-    # Subspace Noise and the residual, refreshed as for `subspace`; see privacy_defenses.uses_basis).
+    # Subspace Noise and the residual, refreshed as for `subspace`; see basis_refresh.uses_basis).
     adaptive_partition: str = "paper"
     allocator_lambda_p: float = 1.0
     allocator_lambda_h: float = 0.01

@@ -20,7 +20,7 @@ import numpy as np
 
 from tff_radiomap import seeds as seeds_lib
 from tff_radiomap.data import twin
-from tff_radiomap.privacy import matching_attack, matching_search
+from tff_radiomap.privacy import matching_attack, matching_search, matching_uploads
 
 # The matching attacker's measurements per attacked round (the posterior mean is the attack's
 # estimate; the MAP and the constant guess of its own observed samples are reported beside it,
@@ -59,7 +59,7 @@ class MatchingObserver:
                 }
             )
 
-    def map_distances(self, traces: matching_attack.UploadTraces, defense, extras, round_seed: int, noise: matching_attack.NoiseModel, chunk: int = 256):
+    def map_distances(self, traces: matching_uploads.UploadTraces, defense, extras, round_seed: int, noise: matching_attack.NoiseModel, chunk: int = 256):
         """`MapDistances` of every observed map in turn, the uploads from `traces`' model as it is;
         the candidates' uploads `chunk` at a time, every grid cell or coarse to fine
         (`matching_coarse`, `matching_search.coarse_to_fine`)."""
@@ -80,7 +80,7 @@ class MatchingObserver:
                 for start in range(0, len(index), chunk):
                     rows = index[start : start + chunk]
                     clean = traces.clean(cand["x"][rows], cand["y"][rows])
-                    clipped = matching_attack.clip_uploads(clean, clip)
+                    clipped = matching_uploads.clip_uploads(clean, clip)
                     if defense is None:
                         sigma = np.zeros((len(clean), traces.steps, 1))
                     elif fixed is not None:
@@ -107,7 +107,7 @@ class MatchingObserver:
             found, _ = matching_search.coarse_to_fine(distances, sets["cells"], cand["coords_m"], self.config.matching_coarse, noise.sizes)
             yield found
 
-    def attack(self, traces: matching_attack.UploadTraces, defense, extras, round_seed: int, constant_position) -> matching_attack.MatchingResult:
+    def attack(self, traces: matching_uploads.UploadTraces, defense, extras, round_seed: int, constant_position) -> matching_attack.MatchingResult:
         if hasattr(defense, "observe_map") and self.maps:
             defense.observe_map(self.maps[0]["map_id"])  # Every owner's noise model has the same group sizes.
         noise = matching_attack.NoiseModel.of(defense, traces.shapes)

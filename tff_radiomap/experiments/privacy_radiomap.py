@@ -28,7 +28,8 @@ choice (initial weights, client sampling, shuffling, the defenses' noise) is a f
 
 The configuration is `ExperimentConfig` (`privacy_config.py`); the defenses are rows of
 `DEFENSES` (`defense_registry.py`: a new defense is one `register_defense(...)` call); the attack,
-the allocator's training and the basis refresh around the rounds are `privacy_defenses.py`.
+the allocator's training and the basis refresh around the rounds are `privacy_defenses.py` and
+`basis_refresh.py`.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from tff_radiomap.experiments.privacy_setup import build_trainer, check_data, lo
 from tff_radiomap.learning import federated_data
 from tff_radiomap.metrics import reconstruction
 from tff_radiomap.runtime import nan_injection, run_folder
+from tff_radiomap.runtime.hold import hold
 
 ALLOCATOR_STATE = "allocator_state"  # The folder of the adaptive allocator's state, one file a saved round.
 
@@ -191,6 +193,7 @@ def run(
             _save_allocator(output_dir, hooks, round_num)  # Before the program state: resume needs all three.
             privacy_accounting.save(output_dir, accountant, round_num)
             loop.run_until_complete(states.save(_to_saved(trainer, program_state), round_num))
+            hold(f"state after round {round_num}")  # Kill-and-resume tests stop a program here (`runtime.hold`).
             bar.update(1)
             bar.set_postfix(phase=row["phase"], val_mse_db=f"{row['val_mse_db']:.2f}", rmse_db=f"{row['val_rmse_db']:.2f}")
             if stop_after_round is not None and stop_after_round <= round_num < config.rounds:

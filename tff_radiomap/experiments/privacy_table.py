@@ -3,7 +3,7 @@
 `run_table(base_config, methods, seeds, output_dir)` runs (or resumes) one privacy experiment per
 (method, seed) in `output_dir/<method>_s<seed>/`, then writes
 
-    table1.csv, table1.md   best validation MSE (dB) and final attacker RMSE (m), mean and std
+    table1.csv, table1.md   best validation MSE (dB) and final attacker RMSE (m), mean and sample std
                             over seeds, per method, with the constant-guess floor
     fig2.png                (a) validation MSE in dB per round, (b) attacker RMSE per round
                             (mean over seeds), one line per method, the constant guess dashed
@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable, Mapping
 import numpy as np
 
 from tff_radiomap.experiments import defense_registry
+from tff_radiomap.metrics.over_seeds import markdown_table, mean_std, plus_minus, std_note
 from tff_radiomap.runtime import run_folder
 from tff_radiomap.runtime.threads import thread_limits
 
@@ -212,20 +213,6 @@ def mse_floors(data) -> dict:
     return {"zero_output_mse": zero, "zero_output_db": 10 * np.log10(zero), "train_mean_map_mse": mean, "train_mean_map_db": 10 * np.log10(mean)}
 
 
-def mean_std(values) -> tuple[float, float]:
-    """Mean and (population) std of the finite `values`; the std is nan (n/a) for fewer than two,
-    the mean nan for none: one seed says nothing about the spread."""
-    values = np.asarray([v for v in values if np.isfinite(v)], float)
-    if not len(values):
-        return float("nan"), float("nan")
-    return float(values.mean()), float(values.std()) if len(values) > 1 else float("nan")
-
-
-def std_text(std: float) -> str:
-    """A std for a table: 'n/a' where there is none (one seed)."""
-    return "n/a" if not np.isfinite(std) else f"{std:.2f}"
-
-
 def csv_cell(value):
     """A nan std (or a None) as an empty CSV cell; other values as they are."""
     return "" if value is None or (isinstance(value, float) and not np.isfinite(value)) else value
@@ -257,27 +244,27 @@ def write_results(output_dir: str, methods, seeds) -> dict:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows({k: csv_cell(v) if k.endswith("_std") else v for k, v in r.items()} for r in rows)
-    lines = [
-        f"Table I ({len(seeds)} seed(s): {', '.join(map(str, seeds))})",
-        "",
-        "| method | best val. MSE (dB) | final attacker RMSE (m) | constant guess (m) |",
-        "| --- | --- | --- | --- |",
-    ]
+    cells = []
     for r in rows:
         at = "" if r["last_attack_round"] >= r["rounds"] else f" (round {r['last_attack_round']}: later attacks skipped, model diverged)"
-        lines.append(
-            f"| {r['method']} | {r['best_val_mse_db_mean']:.2f} +- {std_text(r['best_val_mse_db_std'])} | "
-            f"{r['final_attack_rmse_m_mean']:.2f} +- {std_text(r['final_attack_rmse_m_std'])}{at} | {r['constant_guess_rmse_m']:.2f} |"
+        cells.append(
+            [
+                r["method"],
+                plus_minus(f"{r['best_val_mse_db_mean']:.2f}", r["best_val_mse_db_std"]),
+                plus_minus(f"{r['final_attack_rmse_m_mean']:.2f}", r["final_attack_rmse_m_std"]) + at,
+                f"{r['constant_guess_rmse_m']:.2f}",
+            ]
         )
+    notes = [std_note(len(seeds))]
     floors = _read_floors(output_dir)
     if floors:
-        lines += [
-            "",
+        notes.append(
             f"Predictors that learned nothing: all-zero output {floors['zero_output_db']:.2f} dB, "
-            f"per-pixel mean of the training maps {floors['train_mean_map_db']:.2f} dB (validation MSE).",
-        ]
+            f"per-pixel mean of the training maps {floors['train_mean_map_db']:.2f} dB (validation MSE)."
+        )
+    header = ("method", "best val. MSE (dB)", "final attacker RMSE (m)", "constant guess (m)")
     with open(os.path.join(output_dir, "table1.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+        f.write(markdown_table(header, cells, f"Table I ({len(seeds)} seed(s): {', '.join(map(str, seeds))})", notes))
     _figure(os.path.join(output_dir, "fig2.png"), curves, floors)
     return {"rows": rows, "table_md": os.path.join(output_dir, "table1.md"), "figure": os.path.join(output_dir, "fig2.png")}
 

@@ -23,6 +23,7 @@ from absl import logging
 from tff_radiomap.experiments import attack_rounds, privacy_defenses, privacy_setup, saved_runs
 from tff_radiomap.experiments.defense_registry import phase_factories
 from tff_radiomap.runtime import run_folder
+from tff_radiomap.runtime.atomic import atomic_write
 
 MATCHING_FIELDS = ("matching_maps", "matching_stride", "matching_calibration", "matching_coarse")
 
@@ -102,12 +103,10 @@ def _write_metrics(path: str, scored: dict[int, dict]) -> None:
     missing = sorted(set(scored) - found)
     if missing:
         raise ValueError(f"{path} has no rows for the saved attack rounds {missing}")
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", newline="") as f:
+    with atomic_write(path, newline="") as f:
         writer = csv.DictWriter(f, fieldnames=sorted(fields, key=lambda c: (c != "round", c)))
         writer.writeheader()
         writer.writerows(rows)
-    os.replace(tmp, path)
 
 
 def _write_matching_fields(run_dir: str, config) -> None:

@@ -1,5 +1,6 @@
 """Reading a `privacy_radiomap` run folder back: its configuration, the rounds whose program state
-it holds, and the model it broadcast in a round (for the leakage audit, `programs/leakage_map.py`).
+it holds, the model it broadcast in a round (for the leakage audit, `programs/leakage_map.py`), and
+its max epsilon (its summary's, or replayed from its configuration for an old run).
 """
 
 from __future__ import annotations
@@ -8,9 +9,12 @@ import asyncio
 import dataclasses
 import json
 import os
+from collections.abc import Mapping
 
 import tensorflow_federated as tff
+from absl import logging
 
+from tff_radiomap.experiments import privacy_accounting
 from tff_radiomap.experiments import privacy_radiomap as experiment
 from tff_radiomap.models import phases
 from tff_radiomap.privacy import leakage
@@ -74,3 +78,18 @@ def broadcast_state(run_dir: str, round_num: int) -> leakage.ModelState:
         config.val_fraction,
         config.test_fraction,
     )
+
+
+def max_epsilon_of_run(run_dir: str, summary: Mapping) -> float | None:
+    """A finished run's max epsilon: its summary's `privacy` entry, else (a run finished before
+    the accounting existed) replayed from its config.json. None: no guarantee; nan: not known
+    (no config.json, or one that cannot be replayed here)."""
+    if "privacy" in summary:
+        return summary["privacy"]["max_epsilon"]
+    if not os.path.exists(os.path.join(run_dir, "config.json")):
+        return float("nan")
+    try:
+        return privacy_accounting.replay(run_config(run_dir)).summary()["max_epsilon"]
+    except (OSError, ValueError) as exc:  # A config of another version, a data root gone (subspace).
+        logging.warning("%s: max epsilon not replayed: %s", run_dir, exc)
+        return float("nan")

@@ -10,7 +10,7 @@ several folders, the tests) shares them here instead:
 - a model is a pure container of weights: every user sets the global weights it needs right before
   using it (`phases.set_phase_weights`), and the runs of one process never overlap;
 - the shared functions close over the model, the client optimizer and the number of steps only
-  (`matching_attack.UploadTraces`, `leakage_basis.UploadCollector`), never over a run's defense.
+  (`matching_uploads.UploadTraces`, `leakage_basis.UploadCollector`), never over a run's defense.
 
 The ridge's `attack.TraceCollector` closes over the run's defense factory and stays the run's own.
 """
@@ -21,7 +21,7 @@ from tff_radiomap.learning import local_training, radiounet_process
 from tff_radiomap.models import phases
 from tff_radiomap.models.phases import Phase
 from tff_radiomap.models.radiounet import RadioUNetConfig
-from tff_radiomap.privacy import leakage_basis, matching_attack
+from tff_radiomap.privacy import leakage_basis, matching_uploads
 
 _SHARED: dict = {}  # (kind, key...) -> the object built once.
 
@@ -37,12 +37,12 @@ def phase_model(model_config: RadioUNetConfig, phase: Phase):
     return _once(("model", model_config, Phase(phase)), lambda: phases.build_phase_model(model_config, Phase(phase)))
 
 
-def upload_traces(model_config: RadioUNetConfig, phase: Phase, optimizer: str, learning_rate: float, steps: int) -> matching_attack.UploadTraces:
+def upload_traces(model_config: RadioUNetConfig, phase: Phase, optimizer: str, learning_rate: float, steps: int) -> matching_uploads.UploadTraces:
     """The matching attacker's `UploadTraces` on `phase_model`, the client optimizer `optimizer` at
     `learning_rate` and `steps` local steps."""
     return _once(
         ("traces", model_config, Phase(phase), optimizer, float(learning_rate), int(steps)),
-        lambda: matching_attack.UploadTraces(
+        lambda: matching_uploads.UploadTraces(
             phase_model(model_config, phase), radiounet_process.build_optimizer(optimizer, learning_rate), steps, local_updates=local_training.local_updates
         ),
     )

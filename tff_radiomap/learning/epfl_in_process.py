@@ -1,6 +1,7 @@
 """EPFL-REMNet with the clients' rounds in this Python process (the GPU path), TFF for the rest.
 
-The same round as `epfl_remnet.build_process` (see its docstring), with only step 2 moved:
+The same round as `epfl_remnet.build_process` (see its docstring), with only step 2 moved
+(`build_process` here; `rem_runner` picks it for `client_placement` 'in_process'):
 
     broadcast theta^t (TFF computation) -> each client, one after the other, in this process (on
     the GPU if TensorFlow sees one): `epfl_remnet.client_update_fn`, the same local training, error
@@ -23,6 +24,14 @@ import tensorflow as tf
 
 from tff_radiomap.learning import epfl_remnet
 from tff_radiomap.learning import local_model as local_lib
+from tff_radiomap.learning.model_layout import ModelLayout
+
+
+def build_process(config: epfl_remnet.EpflRemnetConfig, local: local_lib.LocalModel | None = None, seed: int = 0) -> tuple[InProcessEpflRemnet, ModelLayout]:
+    """`epfl_remnet.build_process` with the clients in this process: the process and the layout
+    of the parameters (`local` as there)."""
+    process = InProcessEpflRemnet(config, epfl_remnet.local_model_of(config, local), seed)
+    return process, process.parts.layout
 
 
 class InProcessEpflRemnet:

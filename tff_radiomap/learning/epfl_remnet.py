@@ -290,36 +290,34 @@ def server_parts(config: EpflRemnetConfig, local: local_lib.LocalModel, seed: in
     return ServerParts(layout, aggregator, initialize, server_update, broadcast_part, uplink_bytes)
 
 
+def local_model_of(config: EpflRemnetConfig, local: local_lib.LocalModel | None = None) -> local_lib.LocalModel:
+    """`local`, by default the REMNet of `config.model` with the head private iff `split_head`.
+    Raises for FedRep's and Ditto's configurations, which only the stacked clients run."""
+    if config.head_epochs or config.ditto_lambda is not None:
+        raise ValueError("FedRep (head_epochs) and Ditto (ditto_lambda) run on the stacked clients (epfl_stacked), not this process")
+    return local or local_lib.remnet_local_model(config.model, config.split_head)
+
+
 def build_process(
     config: EpflRemnetConfig,
     data_type,
     local: local_lib.LocalModel | None = None,
     seed: int = 0,
-    client_placement: str = "tff",
 ) -> tuple[tff.templates.IterativeProcess, ModelLayout]:
     """The EPFL-REMNet process for clients whose data has `data_type` (`client_data_type`).
 
-    `local` defaults to the REMNet of `config.model` with the head private iff `split_head`.
-    Returns the process and the layout (keys and initial values) of the parameters. Metrics:
-    `train_loss` (examples-weighted mean over clients), `uploads` (clients that uploaded),
-    `nonfinite_updates` (clients whose round produced a NaN or Inf: dropped, their state kept),
-    `uplink_bytes` (exact bytes they sent: uploads x bytes per upload of the device's shared part
-    + per-step side bytes), `aggregator` (the upload factory's measurements; its own
+    `local` defaults to the REMNet of `config.model` with the head private iff `split_head`
+    (`local_model_of`). Returns the process and the layout (keys and initial values) of the
+    parameters. Metrics: `train_loss` (examples-weighted mean over clients), `uploads` (clients
+    that uploaded), `nonfinite_updates` (clients whose round produced a NaN or Inf: dropped, their
+    state kept), `uplink_bytes` (exact bytes they sent: uploads x bytes per upload of the device's
+    shared part + per-step side bytes), `aggregator` (the upload factory's measurements; its own
     `uplink_bytes` counts every client it aggregates, zero-weight non-sync clients included, so
-    the process's `uplink_bytes` is the figure to use). `client_placement` 'in_process': the
-    clients train in this Python process (`epfl_in_process.InProcessEpflRemnet`, same `next`),
-    aggregation and server update stay TFF computations.
+    the process's `uplink_bytes` is the figure to use). The clients run in the TFF worker;
+    `epfl_in_process.build_process` is the same `next` with the clients in this Python process
+    (`client_placement` 'in_process', chosen by `rem_runner`).
     """
-    local = local or local_lib.remnet_local_model(config.model, config.split_head)
-    if config.head_epochs or config.ditto_lambda is not None:
-        raise ValueError("FedRep (head_epochs) and Ditto (ditto_lambda) run on the stacked clients (epfl_stacked), not this process")
-    if client_placement == "in_process":
-        from tff_radiomap.learning import epfl_in_process  # It imports this module.
-
-        process = epfl_in_process.InProcessEpflRemnet(config, local, seed)
-        return process, process.parts.layout
-    if client_placement != "tff":
-        raise ValueError(f"client_placement={client_placement!r}: expected one of {CLIENT_PLACEMENTS}")
+    local = local_model_of(config, local)
     parts = server_parts(config, local, seed)
     layout, aggregator = parts.layout, parts.aggregator
     state_type = client_state_type(config, layout)

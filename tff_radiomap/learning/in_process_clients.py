@@ -35,9 +35,9 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_radiomap.aggregators import keyed
+from tff_radiomap.aggregators import keyed, weighting
 from tff_radiomap.models import phases
-from tff_radiomap.learning import keras_wrap, local_training, radiounet_process
+from tff_radiomap.learning import keras_wrap, local_training
 from tff_radiomap.models.phases import NetworkWeights, Phase
 from tff_radiomap.models import radiounet
 
@@ -50,7 +50,7 @@ class InProcessClientsProcess:
         initial: NetworkWeights,
         client_optimizer: tff.learning.optimizers.Optimizer,
         server_optimizer: tff.learning.optimizers.Optimizer,
-        model_aggregator: radiounet_process.AggregationFactory | None = None,
+        model_aggregator: weighting.AggregationFactory | None = None,
         batch_size: int = 64,
         local_steps: local_training.LocalSteps = local_training.LocalSteps.EPOCHS,
     ):
@@ -62,7 +62,7 @@ class InProcessClientsProcess:
         self._client_update = tf.function(self._make_client_update(client_optimizer, local_steps, batch_size))
         specs = tf.nest.map_structure(lambda w: tf.TensorSpec(w.shape, tf.float32), self._start)
         weights_type = tff.types.tensorflow_to_type(specs)
-        weighted, self.client_weighting = radiounet_process.as_weighted(model_aggregator)
+        weighted, self.client_weighting = weighting.as_weighted(model_aggregator)
         self._keyed = keyed.is_keyed(model_aggregator)
         update_type = keyed.keyed_type(weights_type.trainable) if self._keyed else weights_type.trainable
         self._aggregator = weighted.create(update_type, tff.TensorType(np.float32))

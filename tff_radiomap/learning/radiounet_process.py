@@ -31,25 +31,12 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_radiomap.aggregators import keyed
+from tff_radiomap.aggregators.weighting import AggregationFactory, as_weighted  # noqa: F401 (callers take them from here)
 from tff_radiomap.models import phases
 from tff_radiomap.learning.optimizers import build_optimizer  # noqa: F401 (callers build theirs here)
 from tff_radiomap.learning import client_work, keras_wrap, local_training, state_packing
 from tff_radiomap.models.phases import NetworkWeights, Phase
 from tff_radiomap.models import radiounet
-
-AggregationFactory = tff.aggregators.WeightedAggregationFactory | tff.aggregators.UnweightedAggregationFactory
-
-
-def as_weighted(model_aggregator: AggregationFactory | None) -> tuple[tff.aggregators.WeightedAggregationFactory, str]:
-    """(weighted factory, client weighting it applies: 'num_examples' or 'uniform')."""
-    if model_aggregator is None:
-        # no_nan_division: a round whose every update was zeroed (weight 0) leaves the model as is.
-        return tff.aggregators.MeanFactory(no_nan_division=True), "num_examples"
-    if isinstance(model_aggregator, tff.aggregators.WeightedAggregationFactory):
-        return model_aggregator, "num_examples"
-    if isinstance(model_aggregator, tff.aggregators.UnweightedAggregationFactory):
-        return tff.aggregators.as_weighted_aggregator(model_aggregator), "uniform"
-    raise TypeError(f"model_aggregator={model_aggregator!r}: expected a tff.aggregators.WeightedAggregationFactory or UnweightedAggregationFactory")
 
 
 def build_phase_process(

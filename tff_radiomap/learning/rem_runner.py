@@ -28,11 +28,12 @@ import numpy as np
 import tensorflow as tf
 
 from tff_radiomap.data.rem_points import RemScenario
-from tff_radiomap.learning import epfl_remnet
+from tff_radiomap.learning import epfl_in_process, epfl_remnet
 from tff_radiomap.learning import local_model as local_lib
 from tff_radiomap.learning.model_layout import ModelLayout
 from tff_radiomap.metrics.rem_accuracy import RemAccuracy, rem_accuracy
 from tff_radiomap.runtime import nan_injection, run_folder
+from tff_radiomap.runtime.hold import hold
 from tff_radiomap import seeds as seeds_lib
 
 MEGABYTE = 1e6  # Uplink is reported in MB = 10^6 bytes.
@@ -222,7 +223,12 @@ def _process_for(method: Method, data_type, n_max: int, seed: int, processes: di
     key = (json.dumps(method.record(), sort_keys=True, default=str), n_max, seed, client_placement)
     if processes is not None and key in processes:
         return processes[key]
-    built = epfl_remnet.build_process(method.config, data_type, method.local, seed=seed, client_placement=client_placement)
+    if client_placement == "tff":
+        built = epfl_remnet.build_process(method.config, data_type, method.local, seed=seed)
+    elif client_placement == "in_process":
+        built = epfl_in_process.build_process(method.config, method.local, seed)
+    else:
+        raise ValueError(f"client_placement={client_placement!r}: expected one of {epfl_remnet.CLIENT_PLACEMENTS}")
     if processes is not None:
         processes[key] = built
     return built
@@ -305,6 +311,7 @@ def run_experiment(
         _write_row(csv_path, fields, writer, row)
         if (r + 1) % run.checkpoint_every == 0 or r == run.rounds - 1:
             save_checkpoint(ckpt_path, server_state, store, meta)
+            hold(f"checkpoint after round {r + 1}")  # Kill-and-resume tests stop a program here (`runtime.hold`).
         if "macro_rmse" in row:
             log(f"{run_dir}: round {r + 1}/{run.rounds} macro RMSE {row['macro_rmse']:.3f} dB, uplink {row['cum_uplink_mb']:.2f} MB")
     writer.flush()

@@ -15,6 +15,7 @@ import tensorflow as tf
 
 LAYER_NORM_EPSILON = 1e-3  # Keras' LayerNormalization default.
 ADAM = dict(beta_1=0.9, beta_2=0.999, epsilon=1e-7)  # tff.learning.optimizers.build_adam defaults.
+JITTER = 1e-4  # Added to the GP's noise variance on the Gram's diagonal (pFedGP's, `baselines.pfedgp`).
 
 
 def per_client(mask, t):
@@ -83,8 +84,6 @@ def _gp_kernel(p, a, b):
 
 def _masked_gram(p, z, valid):
     """K + (sigma^2 + jitter) I on the valid rows; padding rows become identity rows (no effect)."""
-    from baselines.pfedgp import JITTER  # The baseline owns the constant.
-
     outer = valid[:, :, None] * valid[:, None, :]
     noise = tf.exp(2.0 * p["gp_kernel.log_noise"])[:, None] + JITTER
     return _gp_kernel(p, z, z) * outer + tf.linalg.diag(tf.where(valid > 0, noise, 1.0))

@@ -17,12 +17,8 @@ is close to lr * sign(gradient), so the norms alone carry little; the signs of t
 carry most of what the observer can use (the figures: bench/RESULTS.md, "The
 localization attack").
 
-Regressor h: standardization then ridge regression (a one-layer linear network fitted in closed
-form, in the dual since features outnumber traces), its regularization chosen on a validation
-split of the training traces. Kernel ridge (RBF), k-nearest neighbours, gradient boosting and
-small MLPs on the same features all did worse than linear ridge with ~10^3 traces; what helps is
-more labelled traces (same section), which is why the observer may add
-its own simulated traces (`extra` pool in `run_attack`).
+Regressor h: standardization then ridge regression (`ridge_attacker.LocalizationAttacker`); the
+observer may add its own simulated traces (`extra` pool in `run_attack`).
 
 This learned attacker is not the strongest the threat model allows: with the twin, the broadcast
 model and the defense known, matching the observed upload against every candidate position's
@@ -40,6 +36,7 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 from tff_radiomap import seeds as seeds_lib
+from tff_radiomap.privacy.ridge_attacker import LocalizationAttacker, rmse
 
 
 @dataclasses.dataclass(frozen=True)
@@ -269,63 +266,6 @@ class TraceCollector:
         return dict(zip(self.variants, out))
 
 
-class LocalizationAttacker:
-    """h: standardization + ridge regression from fingerprints to (x, y) in meters."""
-
-    def __init__(self, alphas=(1.0, 10.0, 100.0, 1000.0, 10000.0), validation_fraction: float = 0.2, seed: int = 0):
-        self.alphas, self.validation_fraction, self.seed = alphas, validation_fraction, seed
-
-    def _standardize(self, features):
-        # float32 and in place: with ~10^4 traces of ~10^5 features this is the attack's peak memory.
-        z = features[:, self._keep].astype(np.float32)
-        z -= self._mu.astype(np.float32)
-        z /= self._sd.astype(np.float32)
-        return np.clip(z, -10.0, 10.0, out=z)
-
-    def fit(self, features: np.ndarray, coords: np.ndarray) -> "LocalizationAttacker":
-        # The standard deviation 4096 features at a time: each feature's as over the whole array, without
-        # numpy's float64 temporary of its size (1 GB at 1024 traces of the CPU default's 125098 features).
-        mu = features.mean(0, dtype=np.float64)
-        sd = np.concatenate([features[:, a : a + 4096].std(0, dtype=np.float64) for a in range(0, features.shape[1], 4096)])
-        self._keep = sd > 1e-12 * (1.0 + np.abs(mu))
-        self._mu, self._sd = mu[self._keep], sd[self._keep]
-        z = self._standardize(features)
-        gram = (z @ z.T).astype(np.float64)  # Dual form: traces are fewer than features. Once for every alpha.
-        order = np.random.default_rng(self.seed).permutation(len(z))
-        n_val = max(1, int(self.validation_fraction * len(z)))
-        val, tr = order[:n_val], order[n_val:]
-        fit_tr = _DualRidge(gram[np.ix_(tr, tr)], coords[tr])
-        # alpha = inf is the constant predictor (the mean training position): the grid reaches it, so
-        # an attacker whose features carry nothing falls back to the constant guess, not below it.
-        alphas = tuple(self.alphas) + (np.inf,)
-        errors = [_rmse((gram[np.ix_(val, tr)] @ fit_tr.coef(a) if np.isfinite(a) else 0.0) + fit_tr.mean, coords[val]) for a in alphas]
-        self.alpha = alphas[int(np.argmin(errors))]
-        full = _DualRidge(gram, coords)
-        coef = full.coef(self.alpha) if np.isfinite(self.alpha) else np.zeros_like(coords, dtype=np.float64)
-        self._w, self._mean = z.T @ coef.astype(np.float32), full.mean
-        return self
-
-    def predict(self, features: np.ndarray) -> np.ndarray:
-        return (self._standardize(features) @ self._w).astype(np.float64) + self._mean
-
-
-class _DualRidge:
-    """Ridge regression in the dual from a Gram matrix, for many regularizations at one
-    eigendecomposition: coef(alpha) = (G + alpha I)^-1 (c - mean c)."""
-
-    def __init__(self, gram: np.ndarray, coords: np.ndarray):
-        self.mean = coords.mean(0)
-        self._eigval, self._eigvec = np.linalg.eigh(gram)
-        self._proj = self._eigvec.T @ (coords - self.mean)
-
-    def coef(self, alpha: float) -> np.ndarray:
-        return self._eigvec @ (self._proj / (self._eigval + alpha)[:, None])
-
-
-def _rmse(pred, coords) -> float:
-    return float(np.sqrt(np.mean(np.sum((pred - coords) ** 2, axis=1))))
-
-
 @dataclasses.dataclass(frozen=True)
 class AttackResult:
     """The stronger (lower-RMSE) of the plain and the defense-aware attacker, and each of them."""
@@ -394,14 +334,14 @@ def run_attack(collector: TraceCollector, samples: dict, config: AttackConfig, e
         v_extra = collector.collect_views(extra["x"], extra["y"], seed=(config.seed, 2), maps=extra.get("map_id"))
         v_train = {k: np.concatenate([v, v_extra[k]]) for k, v in v_train.items()}
         c_train = np.concatenate([c_train, extra["coords_m"].astype(np.float64)])
-    constant = _rmse(np.broadcast_to(c_train.mean(0), c_test.shape), c_test)
+    constant = rmse(np.broadcast_to(c_train.mean(0), c_test.shape), c_test)
     scores = {}
     for view in list(v_train):
         f_train, f_test = v_train.pop(view), v_test.pop(view)  # Free each view once fitted.
         if not (np.all(np.isfinite(f_train)) and np.all(np.isfinite(f_test))):
             raise FloatingPointError("attack traces are not finite: the global model's local steps diverged")
         attacker = LocalizationAttacker(config.ridge_alphas, config.validation_fraction, config.seed).fit(f_train, c_train)
-        scores[view] = (_rmse(attacker.predict(f_test), c_test), attacker.alpha)
+        scores[view] = (rmse(attacker.predict(f_test), c_test), attacker.alpha)
         del f_train, f_test, attacker
     best = min(scores, key=lambda v: scores[v][0])
     aware = [r for v, (r, _) in scores.items() if v != "plain"]

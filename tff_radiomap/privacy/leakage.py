@@ -6,7 +6,7 @@ Given a partition of the upload into groups g, with projectors P_g summing to th
 masks M_g, or the subspace groups of a leakage basis V and its orthogonal complement), the audit
 measures per group:
 
-  (a) attack_rmse_m, ratio: the ridge attack (`attack.LocalizationAttacker`) fitted on the group's
+  (a) attack_rmse_m, ratio: the ridge attack (`ridge_attacker.LocalizationAttacker`) fitted on the group's
       part of the upload alone (a mask group: its coordinates; a subspace block V_g: the
       coefficients V_g^T u; the complement: (I - V V^T) u) and its ratio to the constant guess,
       with disjoint training and held-out samples of the data set (`attack.split_traces`);
@@ -37,7 +37,7 @@ import tensorflow as tf
 
 from tff_radiomap.models import phases, radiounet
 from tff_radiomap.models.phases import Phase
-from tff_radiomap.privacy import attack, leakage_basis
+from tff_radiomap.privacy import attack, leakage_basis, ridge_attacker
 from tff_radiomap.privacy import groups as groups_lib
 
 PARTITIONS = ("paper", "layers", "leakage")
@@ -121,7 +121,7 @@ def squared_mean_shares(uploads: np.ndarray, views: list[GroupView]) -> np.ndarr
 def attack_features(f_train, c_train, f_test, c_test, alphas=attack.AttackConfig.ridge_alphas, seed: int = 0) -> attack.AttackResult:
     """(a) the ridge attack from features [N, F] to coordinates [N, 2] m, scored on held-out ones."""
     c_train, c_test = np.asarray(c_train, np.float64), np.asarray(c_test, np.float64)
-    attacker = attack.LocalizationAttacker(alphas, seed=seed).fit(f_train, c_train)
+    attacker = ridge_attacker.LocalizationAttacker(alphas, seed=seed).fit(f_train, c_train)
     rmse = lambda p: float(np.sqrt(np.mean(np.sum((p - c_test) ** 2, axis=1))))  # noqa: E731
     return attack.AttackResult(rmse(attacker.predict(f_test)), rmse(c_train.mean(0)[None]), len(f_train), len(f_test), attacker.alpha)
 

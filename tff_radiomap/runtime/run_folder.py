@@ -21,6 +21,8 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
+from tff_radiomap.runtime.atomic import atomic_write
+
 
 class RunFolderConflict(ValueError):
     """The folder holds a run with another configuration (resume refused, `--overwrite` needed)."""
@@ -77,18 +79,15 @@ def load_round_arrays(run_dir: str, name: str, round_num: int) -> dict | None:
 
 
 def write_json(path: str, content) -> None:
-    """Writes `content` as JSON to `path` atomically (temporary file, then rename)."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
+    """Writes `content` as JSON to `path` atomically (`atomic.atomic_write`)."""
+    with atomic_write(path) as f:
         json.dump(content, f, indent=2, sort_keys=True, default=str)
-    os.replace(tmp, path)
 
 
 def write_npz(path: str, arrays: dict) -> None:
-    """Writes `arrays` (name -> array) as an .npz file at `path` atomically (temporary file, then rename)."""
-    tmp = f"{path}.tmp{os.getpid()}.npz"
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
+    """Writes `arrays` (name -> array) as an .npz file at `path` atomically (`atomic.atomic_write`)."""
+    with atomic_write(path, "wb") as f:
+        np.savez(f, **arrays)
 
 
 def truncate_csv(path: str, last: int, key: str = "round", fields: list[str] | None = None) -> list[dict]:
@@ -118,10 +117,8 @@ def truncate_csv(path: str, last: int, key: str = "round", fields: list[str] | N
     writer = csv.DictWriter(buf, fieldnames=header, extrasaction="ignore")
     writer.writeheader()
     writer.writerows(kept)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", newline="") as f:
+    with atomic_write(path, newline="") as f:
         f.write(buf.getvalue())
-    os.replace(tmp, path)
     return kept
 
 

@@ -2,7 +2,7 @@
 
 import os
 
-from tff_radiomap.experiments import remnet_tables
+from baselines import remnet_tables
 from tff_radiomap.learning import stacked_runner
 from tff_radiomap.learning.epfl_remnet import EpflRemnetConfig
 

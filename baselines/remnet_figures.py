@@ -25,7 +25,7 @@ import numpy as np
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from tff_radiomap.experiments import remnet_tables as tables  # noqa: E402
+from baselines import remnet_tables as tables  # noqa: E402
 
 MARKERS = {"fedavg": "s", "fedfly": "^", "pfedgp": "D", "fedrep": "v", "ditto": "X", "pfl_uncompressed": "P", "epfl_remnet": "o"}
 

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from tff_radiomap.experiments import remnet_figures, remnet_tables, remnet_tuning
+from baselines import remnet_figures, remnet_tables, remnet_tuning
 from tff_radiomap.learning import stacked_runner
 from tff_radiomap.learning import rem_runner
 from tff_radiomap.data import rem_points
@@ -100,8 +100,10 @@ def test_tables_average_over_seeds_check_and_draw(tmp_path):
         remnet_tables.write_table(rows, str(tmp_path / name), remnet_tables.TITLES[name])
         with open(tmp_path / f"{name}.csv") as f:
             assert len(list(csv.DictReader(f))) == len(rows)
-        assert (tmp_path / f"{name}.md").read_text().count("\n") == len(rows) + 4
-    assert "±" in (tmp_path / "main.md").read_text()
+        with_std = any(k.endswith("_std") for k in rows[0])  # The table's header, rule and rows, then the note on +-.
+        assert (tmp_path / f"{name}.md").read_text().count("\n") == len(rows) + 4 + 2 * with_std
+    main = (tmp_path / "main.md").read_text()
+    assert " +- " in main and "+- is the sample standard deviation (ddof = 1) over 3 seeds" in main
     for path in remnet_figures.write_figures(config, results, str(tmp_path)):
         assert os.path.getsize(path) > 10_000 and open(path, "rb").read(4) == b"\x89PNG"
 

@@ -32,6 +32,7 @@ from baselines import remnet_methods
 from tff_radiomap.data import rem_points
 from tff_radiomap.learning import epfl_ablations, rem_runner, stacked_runner
 from tff_radiomap.learning.epfl_remnet import EpflRemnetConfig
+from tff_radiomap.metrics import over_seeds
 from tff_radiomap.metrics.rem_accuracy import worst_fraction_rmse
 
 MAIN_METHODS = ("fedavg", "pfedgp", "fedrep", "ditto", "pfl_uncompressed", "epfl_remnet")
@@ -239,12 +240,12 @@ def _metrics(result: dict) -> dict[str, float]:
 
 
 def seed_summary(per_seed: list[dict[str, float]], names) -> dict:
-    """`<name>_mean` and `<name>_std` (ddof = 1; 0 for one seed) of each metric over seeds."""
+    """`<name>_mean` and `<name>_std` (`over_seeds.mean_std`: ddof = 1, nan for one seed) of each
+    metric over seeds; both nan where a seed's value is not finite (a diverged run shows)."""
     out = {"seeds": len(per_seed)}
     for n in names:
-        values = np.asarray([m[n] for m in per_seed], np.float64)
-        out[f"{n}_mean"] = float(values.mean())
-        out[f"{n}_std"] = float(values.std(ddof=1)) if len(values) > 1 else 0.0
+        values = [m[n] for m in per_seed]
+        out[f"{n}_mean"], out[f"{n}_std"] = over_seeds.mean_std(values) if np.all(np.isfinite(values)) else (float("nan"), float("nan"))
     return out
 
 
@@ -334,7 +335,8 @@ def _fmt(value) -> str:
 
 def write_table(rows: list[dict], path_stem: str, title: str) -> None:
     """`path_stem`.csv (full precision) and `path_stem`.md (a Markdown table under `title`;
-    `x_mean` / `x_std` pairs shown as one `x` column, mean ± std)."""
+    `x_mean` / `x_std` pairs shown as one `x` column, mean +- std, and the convention said under
+    the table where it has any)."""
     if not rows:
         raise ValueError(f"table {title!r} has no rows")
     fields = list(rows[0])
@@ -346,18 +348,18 @@ def write_table(rows: list[dict], path_stem: str, title: str) -> None:
 
     def cell(row, name):
         if name + "_mean" in row:
-            return f"{_fmt(row[name + '_mean'])} ± {_fmt(row[name + '_std'])}"
+            return over_seeds.plus_minus(_fmt(row[name + "_mean"]), row[name + "_std"], _fmt)
         return _fmt(row[name])
 
-    lines = [f"### {title}", "", "| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
-    lines += ["| " + " | ".join(cell(r, k) for k in shown) + " |" for r in rows]
+    seeds = sorted({r["seeds"] for r in rows if "seeds" in r})
+    notes = [over_seeds.std_note(seeds[0] if len(seeds) == 1 else None)] if any(f.endswith("_std") for f in fields) else []
     with open(path_stem + ".md", "w") as f:
-        f.write("\n".join(lines) + "\n")
+        f.write(over_seeds.markdown_table(shown, ([cell(r, k) for k in shown] for r in rows), f"### {title}", notes))
 
 
 TITLES = {
-    "main": "Main results: accuracy (dB) and cumulative uplink (MB = 10^6 bytes), mean ± std over seeds",
-    "per_bs": "RMSE per base station (dB), mean ± std over seeds",
+    "main": "Main results: accuracy (dB) and cumulative uplink (MB = 10^6 bytes), mean +- std over seeds",
+    "per_bs": "RMSE per base station (dB), mean +- std over seeds",
     "ablation": "Ablations of EPFL-REMNet (changes of the means relative to the full method)",
     "pareto": "Accuracy-communication grid of EPFL-REMNet over k_fraction x R (front of the means)",
     "checks": "Claims checked (means over seeds)",

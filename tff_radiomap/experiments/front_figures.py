@@ -1,0 +1,111 @@
+"""The privacy-utility front's figures (PNG, matplotlib's Agg backend), from the rows of
+`front_report.front_rows` and `front_report.allocation_rows`.
+
+    front.png       attacker RMSE over the constant guess against best validation MSE, one line per
+                    method across nu, error bars (std over seeds) in both axes, the constant guess
+                    dashed; below, the close-up near No Defense (`zoom_window`)
+    allocation.png  where runs learn their allocation (Adaptive), one panel per run
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tff_radiomap.experiments.privacy_front import NOISE_FREE, run_name
+from tff_radiomap.experiments.privacy_table import LABELS
+
+
+ZOOM_DB = 3.0  # the lower panels: points within this much validation MSE of No Defense's
+
+
+def zoom_window(rows, key: str, width_db: float = ZOOM_DB) -> tuple[tuple[float, float], tuple[float, float]] | None:
+    """(x, y) limits of the front's close-up: best validation MSE within `width_db` of No Defense's
+    (of the best point's where no No Defense row is), attacker ratio from 0 to the highest mean plus
+    its std in that range. None where no point has both figures."""
+    points = [(r["best_val_mse_db_mean"], r[f"{key}_mean"], np.nan_to_num(r[f"{key}_std"]), np.nan_to_num(r["best_val_mse_db_std"])) for r in rows]
+    points = [p for p in points if np.isfinite(p[0]) and np.isfinite(p[1])]
+    if not points:
+        return None
+    anchor = [r["best_val_mse_db_mean"] for r in rows if r["method"] == "none" and np.isfinite(r["best_val_mse_db_mean"])]
+    right = (anchor[0] if anchor else min(x for x, *_ in points)) + width_db
+    left = min([x - x_std for x, _, _, x_std in points] + [right - width_db])
+    top = max((y + y_std for x, y, y_std, _ in points if x <= right), default=0.0)
+    return (left - 0.05 * width_db, right), (0.0, min(1.05, 1.1 * top) if top > 0 else 1.05)
+
+
+def _draw_front(ax, rows, key: str) -> None:
+    """One panel: a line per method across nu, attacker ratio `key` against best validation MSE."""
+    for method in dict.fromkeys(r["method"] for r in rows):
+        points = sorted((r for r in rows if r["method"] == method), key=lambda r: r["noise_multiplier"])
+        x, y = [p["best_val_mse_db_mean"] for p in points], [p[f"{key}_mean"] for p in points]
+        bar = lambda k: [np.nan_to_num(p[k]) for p in points]  # noqa: E731  (one seed: no bar)
+        bars = dict(xerr=bar("best_val_mse_db_std"), yerr=bar(f"{key}_std"), capsize=3)
+        if method == "none":
+            ax.errorbar(x, y, **bars, color="k", marker="*", markersize=14, linestyle="none", zorder=3, label=LABELS["none"])
+        else:
+            ax.errorbar(x, y, **bars, marker="o", label=LABELS.get(method, method))
+        for p, px, py in zip(points, x, y):
+            if method not in NOISE_FREE and np.isfinite(py):
+                ax.annotate(rf"$\nu$={p['noise_multiplier']:g}", (px, py), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    ax.axhline(1.0, color="k", linestyle="--", label="constant guess")
+    ax.set(xlabel="best validation MSE (dB)")
+    ax.grid(alpha=0.3)
+
+
+def front_figure(path: str, rows) -> None:
+    """front.png: attacker ratio against best validation MSE, the strongest attacker (left) and the
+    matching attacker alone (right), every point (top) and the close-up near No Defense (bottom)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    # Left: the strongest attacker (what the front is judged by); right: the matching attacker alone.
+    # Top: every point; bottom: the close-up near No Defense, where most points crowd.
+    panels = (("late_attack_ratio", "strongest attacker, rounds after 1"), ("late_matching_ratio", "twin-matching attacker alone"))
+    fig, axes = plt.subplots(2, 2, figsize=(12, 10))
+    for (full, close), (key, title) in zip(axes.T, panels):
+        _draw_front(full, rows, key)
+        full.set_title(title)
+        _draw_front(close, rows, key)
+        window = zoom_window(rows, key)
+        if window is None:
+            close.set_title(title)
+        else:
+            close.set(xlim=window[0], ylim=window[1])
+            close.set_title(f"{title}: within {ZOOM_DB:g} dB of No Defense", fontsize=10)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("attacker RMSE / constant guess")
+    axes[0, 0].legend(fontsize=8)
+    fig.suptitle("Privacy-utility front")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def allocation_figure(path: str, rows: list[dict]) -> None:
+    """allocation.png: one panel per run, the mean client's weight of each group against the round."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = sorted({(r["method"], r["noise_multiplier"], r["seed"]) for r in rows})
+    cols = min(3, len(runs))
+    nrows = -(-len(runs) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.2 * nrows), squeeze=False, sharey=True)
+    for ax, run in zip(axes.flat, runs):
+        mine = [r for r in rows if (r["method"], r["noise_multiplier"], r["seed"]) == run]
+        for group in dict.fromkeys(r["group"] for r in mine):
+            points = sorted((r["round"], r["weight"]) for r in mine if r["group"] == group)
+            ax.plot(*zip(*points), marker=".", markersize=3, label=group)
+        for change in sorted({r["round"] for r in mine if r["phase"] != mine[0]["phase"]})[:1]:
+            ax.axvline(change - 0.5, color="k", linestyle=":", linewidth=0.8)
+        ax.set(title=run_name(*run), xlabel="round", ylabel="weight (mean client)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    for ax in list(axes.flat)[len(runs) :]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
