@@ -36,19 +36,17 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import csv
 import dataclasses
 import json
 import math
 import os
 import time
-from collections.abc import Mapping
 
 import numpy as np
 import tensorflow_federated as tff
 from absl import logging
 
-from tff_radiomap.experiments import attack_rounds, defense_registry, privacy_accounting, privacy_defenses, privacy_figures
+from tff_radiomap.experiments import attack_rounds, defense_registry, run_report, privacy_accounting, privacy_defenses, privacy_figures
 from tff_radiomap.experiments.defense_registry import DEFENSES, Defense, phase_factories, register_defense  # noqa: F401 (the experiment's API)
 from tff_radiomap.experiments.privacy_config import ADAPTIVE_PARTITIONS, BASIS_SCOPES, LEGACY_VALUES, PRESETS, SERVER_LR_SCHEDULES, ExperimentConfig  # noqa: F401 (the experiment's API)
 from tff_radiomap.experiments.privacy_setup import build_trainer, check_data, load_data, read_maps  # noqa: F401 (the experiment's API)
@@ -58,22 +56,6 @@ from tff_radiomap.runtime import nan_injection, run_folder
 from tff_radiomap.runtime.hold import hold
 
 ALLOCATOR_STATE = "allocator_state"  # The folder of the adaptive allocator's state, one file a saved round.
-
-
-def flatten_metrics(metrics: Mapping, prefix: str = "") -> collections.OrderedDict:
-    """Numeric leaves of nested metrics as {'a/b': float or int}; empty structures are dropped."""
-    flat = collections.OrderedDict()
-    for key, value in metrics.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(flatten_metrics(value, name + "/"))
-        elif isinstance(value, (tuple, list)) and not value:
-            continue
-        else:
-            array = np.asarray(value)
-            if array.shape == () and array.dtype.kind in "biuf":
-                flat[name] = array.item()
-    return flat
 
 
 class ConfigMismatchError(run_folder.RunFolderConflict):
@@ -206,14 +188,8 @@ def run(
 
     final_weights = trainer.network_weights(program_state["trainer_state"])
     _write_pictures(config, output_dir, data, final_weights)
-    summary = _summary(config, program_state, wall_seconds=time.monotonic() - started)
-    summary.update(_best_outdoor(output_dir, summary["best_round"]))
-    test = reconstruction.Evaluator(config.model_config(), *data.test).scores(final_weights, config.phase_for_round(config.rounds))
-    summary["test"] = {
-        "mse_db": reconstruction.mse_db(test["mse"]) if test["mse"] > 0 else float("nan"),
-        "rmse_db": test["rmse_db"],
-        "outdoor_rmse_db": test["outdoor_rmse_db"],
-    }
+    summary = run_report.summary(config, program_state, output_dir, wall_seconds=time.monotonic() - started)
+    summary["test"] = run_report.test_scores(config, data.test, final_weights)
     summary["privacy"] = privacy_accounting.run_summary(accountant)
     run_folder.write_json(summary_path, summary)
     return summary
@@ -305,7 +281,7 @@ def _train_round(config, data, trainer, evaluator, program_state, round_num: int
             extra.update(measured)
     scores = evaluator.scores(trainer.network_weights(state), config.phase_for_round(round_num))
     val_mse = scores["mse"]
-    row = _metrics_row(metrics, scores, seconds=time.monotonic() - t0)
+    row = run_report.metrics_row(metrics, scores, seconds=time.monotonic() - t0)
     row.update(extra)
     if math.isfinite(val_mse) and val_mse < program_state["best_val_mse"]:
         program_state.update(best_val_mse=np.float64(val_mse), best_round=np.int32(round_num))
@@ -314,26 +290,6 @@ def _train_round(config, data, trainer, evaluator, program_state, round_num: int
         final_val_mse=np.float64(val_mse),
         train_seconds=np.float64(program_state["train_seconds"] + row["seconds"]),
     )
-    return row
-
-
-def _metrics_row(metrics, scores: dict, seconds: float) -> collections.OrderedDict:
-    """One release: phase, train_loss, num_examples, val_mse(_db), val_(outdoor_)rmse_db, seconds,
-    then other measurements."""
-    val_mse = scores["mse"]
-    flat = flatten_metrics({k: v for k, v in metrics.items() if k != "phase"})
-    row = collections.OrderedDict(
-        phase=int(metrics["phase"]),
-        train_loss=float(flat.pop("client_work/train_loss")),
-        num_examples=int(flat.pop("client_work/num_examples")),
-        nonfinite_updates=int(flat.pop("client_work/nonfinite_updates", 0)),
-        val_mse=float(val_mse),
-        val_mse_db=reconstruction.mse_db(val_mse) if val_mse > 0 else float("nan"),
-        val_rmse_db=float(scores["rmse_db"]),
-        val_outdoor_rmse_db=float(scores["outdoor_rmse_db"]),
-        seconds=float(seconds),
-    )
-    row.update(flat)
     return row
 
 
@@ -393,38 +349,3 @@ def _progress_bar(config: ExperimentConfig, done: int, enabled: bool):
 
     name = "centralised" if config.centralised else config.defense
     return tqdm(total=config.rounds, initial=done, desc=f"{name} rounds", unit="round", disable=not enabled, dynamic_ncols=True)
-
-
-def _summary(config: ExperimentConfig, program_state, wall_seconds: float) -> dict:
-    best = float(program_state["best_val_mse"])
-    final = float(program_state["final_val_mse"])
-    return {
-        "defense": "centralised" if config.centralised else config.defense,
-        "rounds": config.rounds,
-        "best_val_mse": best,
-        "best_val_mse_db": reconstruction.mse_db(best),
-        "best_round": int(program_state["best_round"]),
-        "final_val_mse": final,
-        "final_val_mse_db": reconstruction.mse_db(final),
-        "best_val_rmse_db": _rmse_db(best),
-        "final_val_rmse_db": _rmse_db(final),
-        "train_seconds": float(program_state["train_seconds"]),
-        "wall_seconds_this_call": wall_seconds,
-    }
-
-
-def _rmse_db(mse: float) -> float:
-    return reconstruction.gain_rmse_db(mse) if math.isfinite(mse) and mse >= 0 else float("nan")
-
-
-def _best_outdoor(output_dir: str, best_round: int) -> dict:
-    """{'best_val_outdoor_rmse_db': ...} from the best round's metrics.csv row (NaN where the row or
-    its column is missing: a run resumed from rounds saved before the column existed)."""
-    value = float("nan")
-    path = os.path.join(output_dir, "metrics.csv")
-    if os.path.exists(path):
-        with open(path, newline="") as f:
-            for row in csv.DictReader(f):
-                if int(row["round"]) == best_round and row.get("val_outdoor_rmse_db"):
-                    value = float(row["val_outdoor_rmse_db"])
-    return {"best_val_outdoor_rmse_db": value}
