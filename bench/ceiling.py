@@ -12,6 +12,7 @@ wall time.
 
     python -m bench.ceiling --width=0.25 --output=bench/operating_point/ceiling/default_w0.25.json
     python -m bench.ceiling --data_root=/data/s192x32 --width=0.5 --output=...
+    python -m bench.ceiling --report=bench/operating_point/ceiling   # ceiling.md from the JSON files
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ flags.DEFINE_integer("max_epochs", 150, "Epochs at most a stage.")
 flags.DEFINE_integer("seed", 0, "Split and initialisation seed (the privacy experiment's --seed).")
 flags.DEFINE_integer("maps", None, "Use only the first N maps of the set.")
 flags.DEFINE_boolean("stage2", True, "Also train stage 2 on the frozen best stage 1.")
+flags.DEFINE_string("name", None, "Name of the data set in the table (default: its folder's name).")
 flags.DEFINE_string("output", None, "JSON file to append the run's record to (a list of records).")
+flags.DEFINE_string("report", None, "Write FOLDER/../ceiling.md from the records of FOLDER/*.json and train nothing.")
 
 
 def _scores(predict, x: np.ndarray, y: np.ndarray, batch: int = 128) -> dict[str, float]:
@@ -90,6 +93,7 @@ def run() -> dict:
     net = radiounet.build_radiounet(config)
     record = {
         "data_root": root,
+        "data_name": FLAGS.name or os.path.basename(os.path.normpath(root)),
         "maps": {"train": len(split.train), "val": len(split.val), "test": len(split.test)},
         "samples": {"train": len(train["x"]), "val": len(val["x"]), "test": len(test["x"])},
         "resolution": FLAGS.resolution,
@@ -138,8 +142,44 @@ def run() -> dict:
     return record
 
 
+def table(records: list[dict]) -> str:
+    """ceiling.md: one row a record (validation MSE, gain RMSE over all and outdoor pixels, of
+    stage 1 alone and of the two-stage model; test MSE; parameters; epochs; wall time)."""
+    lines = [
+        "# The ceiling: the centralised RadioUNet trained to convergence",
+        "",
+        "Early stopping on the validation maps (patience in epochs; the best epoch's weights kept), Adam, the",
+        "privacy experiment's map-level split. MSE of the normalized gain in dB; RMSE of the gain in dB",
+        "(79.33 dB x sqrt(MSE) over all pixels; outdoor: building cover below one half). Command:",
+        "`python -m bench.ceiling --data_root=ROOT --width=W --output=FILE` (`bench/ceiling.py`).",
+        "",
+        "| data (train maps x tx) | width | params (stage 1 + 2) | stage 1 val MSE dB | two-stage val MSE dB | val RMSE dB all / outdoor | test MSE dB | epochs (stage 1, 2) | wall s |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in records:
+        final = r.get("stage2", r["stage1"])
+        lines.append(
+            f"| {r['data_name']} ({r['maps']['train']} x {r['samples']['train'] // r['maps']['train']}) | {r['width']} | "
+            f"{r['parameters']['stage1']:,} + {r['parameters']['stage2']:,} | {r['stage1']['val']['mse_db']:.2f} | "
+            f"{final['val']['mse_db']:.2f} | {final['val']['rmse_db']:.2f} / {final['val']['outdoor_rmse_db']:.2f} | {final['test']['mse_db']:.2f} | "
+            f"{r['stage1']['epochs']}, {r.get('stage2', {}).get('epochs', '-')} | {r['seconds']:.0f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def main(argv):
     del argv
+    if FLAGS.report:
+        records = []
+        for name in sorted(os.listdir(FLAGS.report)):
+            if name.endswith(".json"):
+                for record in json.load(open(os.path.join(FLAGS.report, name))):
+                    records.append({**record, "data_name": record.get("data_name", os.path.basename(record["data_root"]))})
+        path = os.path.join(os.path.dirname(os.path.abspath(FLAGS.report)), "ceiling.md")
+        with open(path, "w") as f:
+            f.write(table(records))
+        print(open(path).read())
+        return
     record = run()
     print(json.dumps(record, indent=1))
     if FLAGS.output:

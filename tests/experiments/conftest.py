@@ -30,6 +30,7 @@ def config(data_root):
         num_clients=3,
         clients_per_round=2,
         batch_size=4,
+        local_epochs=1,
         client_learning_rate=3e-3,
     )
 

@@ -159,7 +159,7 @@ def test_children_get_every_flag_and_each_runs_its_one_run(roots):
         "--rounds=2",
         "--attack_every=1",
         "--clip_norm=0.5",
-        "--set=batch_size=4,attack_train_traces=10",
+        "--set=batch_size=4,local_epochs=1,attack_train_traces=10",
         "--jobs=2",
         "--fresh_noise",
         "--stop_after_round=1",
@@ -175,7 +175,7 @@ def test_children_get_every_flag_and_each_runs_its_one_run(roots):
             "--rounds=2",
             "--attack_every=1",
             "--clip_norm=0.5",
-            "--set=batch_size=4,attack_train_traces=10",
+            "--set=batch_size=4,local_epochs=1,attack_train_traces=10",
             "--jobs=1",
             "--noreport",
             f"--output_dir={out}",
@@ -230,7 +230,7 @@ def test_a_front_of_two_rounds_on_tiny_data(tmp_path_factory):
         "--jobs=1",
         # One observed local step: the attack's traces are traced (the slow part) a third the size;
         # the matching attacker on every 4th cell of its map.
-        "--set=resolution=32,num_clients=3,clients_per_round=2,batch_size=4,attack_steps=1,attack_train_traces=10,attack_test_traces=4,matching_stride=4",
+        "--set=resolution=32,num_clients=3,clients_per_round=2,batch_size=4,local_epochs=1,attack_steps=1,attack_train_traces=10,attack_test_traces=4,matching_stride=4",
     )
     assert r.returncode == 0, r.stderr[-3000:]
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["fedsgd_s0", "uniform_nu0.01_s0"]

@@ -28,6 +28,7 @@ def _args(data_root, out, *extra):
         "--clients=3",
         "--clients_per_round=2",
         "--batch_size=4",
+        "--local_epochs=1",
         f"--rounds={ROUNDS}",
         "--defense=fedsgd",
         "--noprogress",

@@ -77,6 +77,7 @@ def test_a_run_split_across_two_loopback_workers_gives_the_single_worker_results
         num_clients=3,
         clients_per_round=3,
         batch_size=4,
+        local_epochs=1,
         client_learning_rate=3e-3,
     )
     single = experiment.run(config, str(tmp_path / "single"), progress=False)
