@@ -89,7 +89,7 @@ def test_epfl_remnet_killed_mid_run_restarted_and_its_tff_worker_killed_ends_lik
     assert final["per_client_rmse"] == straight["per_client_rmse"]
 
     other = processes.run("programs.epfl_remnet", *_args(rem_root, out, "--seed=1"))
-    assert other.returncode == 2 and f"--out='{out}'" in other.stderr and "--overwrite" in other.stderr
+    assert other.returncode == 2 and f"--output_dir='{out}'" in other.stderr and "--overwrite" in other.stderr
 
 
 def test_epfl_remnet_drops_and_counts_a_nan_client(uninterrupted):
