@@ -28,6 +28,7 @@ from absl import app, flags
 from tff_radiomap.data import default_set, radiomapseer
 from tff_radiomap.metrics import reconstruction
 from tff_radiomap.models import radiounet
+from tff_radiomap.models.phases import NetworkWeights, Phase
 from tff_radiomap.data.synthetic import write_json
 
 FLAGS = flags.FLAGS
@@ -46,21 +47,10 @@ flags.DEFINE_string("output", None, "JSON file to append the run's record to (a 
 flags.DEFINE_string("report", None, "Write FOLDER/../ceiling.md from the records of FOLDER/*.json and train nothing.")
 
 
-def _scores(predict, x: np.ndarray, y: np.ndarray, batch: int = 128) -> dict[str, float]:
-    squared, outdoor_squared, outdoor_count = 0.0, 0.0, 0.0
-    for start in range(0, len(x), batch):
-        xb, yb = x[start : start + batch], y[start : start + batch]
-        err = np.square(predict(xb).astype(np.float64) - yb)
-        outdoor = reconstruction.outdoor_mask(xb)
-        squared += float(err.mean(axis=(1, 2, 3)).sum())
-        outdoor_squared += float((err * outdoor).sum())
-        outdoor_count += float(outdoor.sum())
-    mse = squared / len(x)
-    return {
-        "mse_db": reconstruction.mse_db(mse),
-        "rmse_db": reconstruction.gain_rmse_db(mse),
-        "outdoor_rmse_db": reconstruction.gain_rmse_db(outdoor_squared / outdoor_count),
-    }
+def _scores(evaluator: reconstruction.Evaluator, net: radiounet.RadioUNet, phase: Phase) -> dict[str, float]:
+    """The record's scores of `net`'s output of `phase` on the evaluator's set."""
+    scores = evaluator.scores(NetworkWeights.from_network(net), phase)
+    return {"mse_db": reconstruction.mse_db(scores["mse"]), "rmse_db": scores["rmse_db"], "outdoor_rmse_db": scores["outdoor_rmse_db"]}
 
 
 def _train_stage(model: tf.keras.Model, inputs, y, val_inputs, val_y, seed: int) -> tuple[int, int]:
@@ -105,38 +95,21 @@ def run() -> dict:
         "parameters": {"stage1": int(net.stage1.count_params()), "stage2": int(net.stage2.count_params())},
     }
 
+    evaluators = {"val": reconstruction.Evaluator(config, val["x"], val["y"]), "test": reconstruction.Evaluator(config, test["x"], test["y"])}
+
     t0 = time.monotonic()
     best, ran = _train_stage(net.stage1, train["x"], train["y"], val["x"], val["y"], FLAGS.seed)
-    stage1_predict = tf.function(lambda x: net.stage1(x, training=False))
-    record["stage1"] = {
-        "best_epoch": best,
-        "epochs": ran,
-        "seconds": time.monotonic() - t0,
-        "val": _scores(lambda x: stage1_predict(x).numpy(), val["x"], val["y"]),
-        "test": _scores(lambda x: stage1_predict(x).numpy(), test["x"], test["y"]),
-    }
+    record["stage1"] = {"best_epoch": best, "epochs": ran, "seconds": time.monotonic() - t0}
+    record["stage1"].update({name: _scores(evaluator, net, Phase.STAGE1) for name, evaluator in evaluators.items()})
     print(f"stage 1: best epoch {best} of {ran}, val {record['stage1']['val']}", flush=True)
 
     if FLAGS.stage2:
         t1 = time.monotonic()
         net.stage1.trainable = False
-        coarse = {
-            name: np.concatenate([stage1_predict(part["x"][i : i + 128]).numpy() for i in range(0, len(part["x"]), 128)])
-            for name, part in (("train", train), ("val", val), ("test", test))
-        }
+        coarse = {name: net.stage1.predict(part["x"], batch_size=128, verbose=0) for name, part in (("train", train), ("val", val))}
         best, ran = _train_stage(net.stage2, [train["x"], coarse["train"]], train["y"], [val["x"], coarse["val"]], val["y"], FLAGS.seed + 1)
-        stage2_predict = tf.function(lambda x, c: net.stage2([x, c], training=False))
-
-        def predictor(part):
-            return lambda xb: stage2_predict(xb, stage1_predict(xb)).numpy()
-
-        record["stage2"] = {
-            "best_epoch": best,
-            "epochs": ran,
-            "seconds": time.monotonic() - t1,
-            "val": _scores(predictor("val"), val["x"], val["y"]),
-            "test": _scores(predictor("test"), test["x"], test["y"]),
-        }
+        record["stage2"] = {"best_epoch": best, "epochs": ran, "seconds": time.monotonic() - t1}
+        record["stage2"].update({name: _scores(evaluator, net, Phase.STAGE2) for name, evaluator in evaluators.items()})
         print(f"stage 2: best epoch {best} of {ran}, val {record['stage2']['val']}", flush=True)
     record["seconds"] = time.monotonic() - t0
     return record

@@ -8,13 +8,12 @@ and over the outdoor ones (`metrics.reconstruction`).
 from __future__ import annotations
 
 import collections
-import csv
 import math
-import os
 from collections.abc import Mapping
 
 import numpy as np
 
+from tff_radiomap.experiments import privacy_table
 from tff_radiomap.experiments.privacy_config import ExperimentConfig
 from tff_radiomap.metrics import reconstruction
 
@@ -94,11 +93,5 @@ def _rmse_db(mse: float) -> float:
 def _best_outdoor(output_dir: str, best_round: int) -> dict:
     """{'best_val_outdoor_rmse_db': ...} from the best round's metrics.csv row (NaN where the row or
     its column is missing: a run resumed from rounds saved before the column existed)."""
-    value = float("nan")
-    path = os.path.join(output_dir, "metrics.csv")
-    if os.path.exists(path):
-        with open(path, newline="") as f:
-            for row in csv.DictReader(f):
-                if int(row["round"]) == best_round and row.get("val_outdoor_rmse_db"):
-                    value = float(row["val_outdoor_rmse_db"])
-    return {"best_val_outdoor_rmse_db": value}
+    rows = [r for r in privacy_table.read_metrics(output_dir) if r["round"] == best_round]
+    return {"best_val_outdoor_rmse_db": rows[0].get("val_outdoor_rmse_db", float("nan")) if rows else float("nan")}
