@@ -39,7 +39,12 @@ flags.DEFINE_string(
     None,
     "The defender's twin of the data root (the leakage basis); default: made once with --twin_positions positions per map beside the data cache. A folder without a twin_spec.json is read as it is.",
 )
-flags.DEFINE_enum("data_set", "default", ["default", "v1"], "Without --data_root and --run_dir: the built-in set to audit on (v1: the first privacy front's).")
+flags.DEFINE_enum(
+    "data_set",
+    "default",
+    ["default", "v1", "default_shadowed"],
+    "Without --data_root and --run_dir: the built-in set to audit on (v1: the first privacy front's; default_shadowed: the default's maps with a reality the twin lacks).",
+)
 flags.DEFINE_integer("twin_positions", 32, "Transmitter positions per map of a twin this program makes.")
 flags.DEFINE_string("run_dir", None, "A privacy_radiomap run folder; with --round, audit the model it broadcast in that round.")
 flags.DEFINE_integer("round", None, "Round of --run_dir whose broadcast model is audited (1: the initial weights).")

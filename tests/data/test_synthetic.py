@@ -1,3 +1,5 @@
+import dataclasses
+import hashlib
 import json
 import os
 
@@ -6,9 +8,10 @@ import pytest
 from PIL import Image
 
 from tff_radiomap.data import propagation
-from tff_radiomap.data import encoding, synthetic
+from tff_radiomap.data import encoding, reality, synthetic, twin
 
 SMALL = synthetic.DatasetSpec(maps=2, transmitters=3, size=64, seed=7)
+SHADOWED = dataclasses.replace(SMALL, reality=reality.ShadowedReality())
 
 
 def _files(root):
@@ -78,6 +81,77 @@ def test_interrupted_generation_completes_without_touching_finished_maps(small_r
     synthetic.generate_dataset(root, SMALL)
     assert os.stat(f"{root}/png/buildings_complete/0.png").st_mtime_ns == before
     assert _files(root) == _files(small_root)
+
+
+# -- the reality the twin lacks ------------------------------------------------------------
+@pytest.fixture(scope="module")
+def shadowed_root(tmp_path_factory):
+    return synthetic.generate_dataset(str(tmp_path_factory.mktemp("shadowed")), SHADOWED)
+
+
+def test_the_default_spec_writes_what_it_wrote_before_the_reality_option(small_root, tmp_path):
+    # Decoded images of a 1-map 32x32 set as the generator wrote them before the option: the
+    # default (twin) sets, the cached default set included, must not change.
+    root = synthetic.generate_dataset(str(tmp_path / "pin"), synthetic.DatasetSpec(maps=1, transmitters=2, size=32, seed=0))
+    digest = hashlib.sha1()
+    for name in ["png/buildings_complete/0.png", "png/antennas/0_0.png", "png/antennas/0_1.png", "gain/DPM/0_0.png", "gain/DPM/0_1.png"]:
+        digest.update(np.asarray(Image.open(os.path.join(root, name))).tobytes())
+    assert digest.hexdigest() == "932891534467e839abb934c8eae8819ec3229a60"
+    # Its record has no reality (the record, and so the cache key, is the one of before).
+    record = json.load(open(os.path.join(small_root, synthetic.SPEC_FILE)))
+    assert record["spec"] == {"maps": 2, "transmitters": 3, "size": 64, "seed": 7, "simulation": "DPM"}
+    assert not os.path.exists(os.path.join(small_root, synthetic.REALITY_DIR)) and synthetic.read_reality(small_root) == {}
+
+
+def test_a_shadowed_set_has_the_same_maps_and_positions_and_only_other_gains(small_root, shadowed_root):
+    plain, shadowed = _files(small_root), _files(shadowed_root)
+    geometry = [p for p in plain if not p.startswith("gain") and p != synthetic.SPEC_FILE]
+    assert len(geometry) == SMALL.maps * (2 + SMALL.transmitters)
+    assert all(plain[p] == shadowed[p] for p in geometry), "buildings and transmitter positions must be the default's"
+    gains = [p for p in plain if p.startswith("gain")]
+    assert all(plain[p] != shadowed[p] for p in gains)
+    for m in range(SMALL.maps):
+        b = np.asarray(Image.open(f"{shadowed_root}/png/buildings_complete/{m}.png")) > 0
+        for t in range(SMALL.transmitters):
+            g = np.asarray(Image.open(f"{shadowed_root}/gain/DPM/{m}_{t}.png"))
+            assert np.all(g[b] == 0), "building interiors keep the floor value"
+
+
+def test_a_shadowed_set_records_its_reality_and_each_maps_losses(shadowed_root):
+    record = json.load(open(os.path.join(shadowed_root, synthetic.SPEC_FILE)))
+    assert record["spec"]["reality"] == dataclasses.asdict(reality.ShadowedReality())
+    assert record == {"spec": synthetic.spec_record(SHADOWED), "propagation": dataclasses.asdict(propagation.PropagationConfig())}
+    maps = synthetic.read_reality(shadowed_root)
+    assert sorted(maps) == list(range(SHADOWED.maps))
+    losses = [(r["corner_loss_db"], r["wall_loss_db"]) for r in maps.values()]
+    assert len(set(losses)) == SHADOWED.maps and all(c >= reality.MIN_LOSS_DB and w >= reality.MIN_LOSS_DB for c, w in losses)
+    assert all(2.0 < r["twin_model_rmse_db"] < 15.0 and r["outdoor_pixels"] > 0 for r in maps.values())
+
+
+def test_a_shadowed_set_is_reproducible_from_its_seed_and_resumes_to_the_same_files(shadowed_root, tmp_path):
+    root = str(tmp_path / "again")
+    synthetic.prepare_root(root, SHADOWED)
+    synthetic.write_map(root, 1, SHADOWED)
+    assert synthetic.prepare_root(root, SHADOWED) == [0]
+    synthetic.generate_dataset(root, SHADOWED)
+    assert _files(root) == _files(shadowed_root)
+    other = synthetic.generate_dataset(str(tmp_path / "other"), dataclasses.replace(SHADOWED, seed=8))
+    assert _files(other)["gain/DPM/0_0.png"] != _files(shadowed_root)["gain/DPM/0_0.png"]
+    with pytest.raises(ValueError, match="already holds"):
+        synthetic.generate_dataset(root, SMALL)  # The twin's version of the spec is another set.
+    synthetic.remove_dataset(root)
+    assert _files(root) == {} and not os.path.exists(os.path.join(root, synthetic.REALITY_DIR))
+
+
+def test_the_twins_mismatch_is_zero_on_a_twin_set_and_what_the_generator_recorded_on_a_shadowed_one(small_root, shadowed_root):
+    own_corners = lambda m: synthetic.corner_seed(SMALL.seed, m)  # noqa: E731
+    assert twin.mismatch_db(small_root, corner_seed=own_corners) == 0.0
+    assert twin.mismatch_db(small_root) == 0.0  # At 64x64 no map has more corners than the twin keeps.
+    assert synthetic.reality_rmse_db(small_root) == 0.0
+    found = twin.mismatch_db(shadowed_root, corner_seed=own_corners)
+    assert 2.0 < found < 15.0
+    assert found == pytest.approx(synthetic.reality_rmse_db(shadowed_root), rel=1e-9)
+    assert twin.mismatch_db(shadowed_root, maps=[1]) == pytest.approx(synthetic.read_reality(shadowed_root)[1]["twin_model_rmse_db"], rel=1e-9)
 
 
 # -- physics -------------------------------------------------------------------------------

@@ -1,3 +1,4 @@
+import json
 import os
 import signal
 import subprocess
@@ -7,6 +8,7 @@ import time
 import pytest
 
 from tff_radiomap.data import radiomapseer as rms
+from tff_radiomap.data import synthetic
 from tff_radiomap.runtime import hold
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -26,6 +28,23 @@ def test_cli_writes_a_layout_the_loader_reads(tmp_path):
     assert again.returncode == 0, again.stderr
 
 
+def test_a_shadowed_set_records_its_reality_and_the_program_prints_and_records_the_twins_mismatch(tmp_path):
+    out = str(tmp_path / "s")
+    args = ["--maps", "2", "--transmitters", "2", "--size", "64", "--reality", "shadowed", "--wall_loss_spread_db", "2"]
+    r = _run("--out", out, *args)
+    assert r.returncode == 0, r.stderr
+    with open(os.path.join(out, synthetic.SPEC_FILE)) as f:
+        assert json.load(f)["spec"]["reality"]["wall_loss_spread_db"] == 2.0
+    with open(os.path.join(out, synthetic.MISMATCH_FILE)) as f:
+        found = json.load(f)
+    assert found["maps"] == 2 and 2.0 < found["twin_rmse_db"] < 15.0
+    assert f"twin mismatch: {found['twin_rmse_db']:.2f} dB RMSE" in r.stdout
+    assert sorted(synthetic.read_reality(out)) == [0, 1]
+    plain = _run("--out", str(tmp_path / "p"), "--maps", "2", "--transmitters", "2", "--size", "64", "--mismatch_maps", "1")
+    assert plain.returncode == 0 and "twin mismatch: 0.00 dB RMSE" in plain.stdout and "maps 0-0" in plain.stdout
+    assert _run("--out", out, *args[:-2]).returncode == 2  # Another reality for the same folder: refused.
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -33,6 +52,11 @@ def test_cli_writes_a_layout_the_loader_reads(tmp_path):
         (["--transmitters", "-2"], "--transmitters=-2: expected an integer >= 1"),
         (["--size", "8"], "--size=8: expected an integer in 32..4096"),
         (["--workers", "0"], "--workers=0: expected an integer >= 1"),
+        (["--reality", "ray_traced"], "--reality='ray_traced': expected one of twin, shadowed"),
+        (["--shadow_std_los_db", "5"], "--shadow_std_los_db=5.0: expected no value with --reality=twin"),
+        (["--reality", "shadowed", "--decorrelation_nlos_m", "0"], "--decorrelation_nlos_m=0.0: expected a finite number > 0"),
+        (["--reality", "shadowed", "--wall_loss_spread_db", "-1"], "--wall_loss_spread_db=-1.0: expected a finite number >= 0"),
+        (["--mismatch_maps", "-1"], "--mismatch_maps=-1: expected an integer >= 0"),
     ],
 )
 def test_bad_flags_exit_2_naming_the_flag(tmp_path, args, message):

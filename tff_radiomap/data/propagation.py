@@ -8,7 +8,8 @@ Propagation at 5.9 GHz with 1.5 m antennas and 25 m buildings, so that it is eff
   - through buildings: the direct path with `wall_loss_db` per wall crossed;
   - the stronger of the two; inside buildings the floor value (gray 0), as in RadioMapSeer.
 Visibility and wall counts come from a polar ray sweep around each source, vectorised in numpy;
-everything that depends only on the buildings (corners, their visibility) is computed once a map.
+everything that depends only on the buildings (corners, their visibility) is computed once a map,
+and a transmitter's `Paths` (lengths, walls, corners) once for any loss constants.
 """
 
 from __future__ import annotations
@@ -118,14 +119,13 @@ class MapPropagation:
         self.reach = reach
         self.corner_to_corner = reach[:, corners[:, 0], corners[:, 1]] if len(corners) else np.zeros((0, 0))
 
-    def gain_db(self, tx) -> np.ndarray:
-        """Received gain in dB (negative) for a transmitter at pixel `tx` = (row, col)."""
+    def paths(self, tx) -> Paths:
+        """The paths from a transmitter at pixel `tx` = (row, col) to every pixel, before losses."""
         cfg = self.config
         dy, dx = self.yy - tx[0], self.xx - tx[1]
         direct_m = np.maximum(np.hypot(dy, dx) * cfg.meters_per_pixel, 1.0)
         walls = wall_counts(self.fine, self.buildings, tx, dy, dx)
-        loss = encoding.free_space_loss_db(direct_m, cfg.frequency_hz) + cfg.wall_loss_db * walls
-
+        routed = []
         if len(self.corners):
             los_at_corner = walls[self.corners[:, 0], self.corners[:, 1]] == 0
             to_corner = np.where(los_at_corner, direct_m[self.corners[:, 0], self.corners[:, 1]], np.inf)
@@ -133,18 +133,45 @@ class MapPropagation:
             # this level can improve anything at the next (an unchanged one costs a corner more).
             live = np.isfinite(to_corner)
             best = to_corner.copy()
-            for k in range(1, cfg.max_diffractions + 1):
+            for _ in range(cfg.max_diffractions):
                 if not live.any():
                     break
-                routed = _min_over_corners(to_corner, self.reach, np.flatnonzero(live))
-                routed_loss = encoding.free_space_loss_db(np.maximum(routed, 1.0), cfg.frequency_hz)
-                loss = np.minimum(loss, routed_loss + k * cfg.corner_loss_db)
+                routed_m = _min_over_corners(to_corner, self.reach, np.flatnonzero(live))
+                routed.append(encoding.free_space_loss_db(np.maximum(routed_m, 1.0), cfg.frequency_hz))
                 nxt = np.min(to_corner[live, None] + self.corner_to_corner[live], axis=0)
                 live = nxt < best
                 to_corner = np.where(live, nxt, np.inf)
                 best = np.minimum(best, nxt)
+        return Paths(encoding.free_space_loss_db(direct_m, cfg.frequency_hz), walls, tuple(routed), ~self.buildings)
+
+    def gain_db(self, tx) -> np.ndarray:
+        """Received gain in dB (negative) for a transmitter at pixel `tx` = (row, col)."""
+        return self.paths(tx).gain_db(self.config.corner_loss_db, self.config.wall_loss_db)
+
+
+@dataclasses.dataclass(frozen=True)
+class Paths:
+    """One transmitter's paths to every pixel [S, S], before the loss constants: what a change of
+    `corner_loss_db` or `wall_loss_db` keeps (so a map can be solved once for several of them)."""
+
+    direct_db: np.ndarray  # Free-space loss of the straight path (dB, positive).
+    walls: np.ndarray  # Walls crossed on the straight path.
+    routed_db: tuple  # routed_db[k - 1]: free-space loss of the best street-routed path through k corners.
+    outdoor: np.ndarray  # bool: not inside a building.
+
+    @property
+    def line_of_sight(self) -> np.ndarray:
+        """bool [S, S]: outdoor pixels whose straight path to the transmitter crosses no wall."""
+        return (self.walls == 0) & self.outdoor
+
+    def gain_db(self, corner_loss_db: float, wall_loss_db: float) -> np.ndarray:
+        """Gain in dB: the stronger of the direct path through walls and the routed paths; -inf
+        (the floor) inside buildings."""
+        loss = self.direct_db + wall_loss_db * self.walls
+        for k, routed in enumerate(self.routed_db, start=1):
+            loss = np.minimum(loss, routed + k * corner_loss_db)
         gain = -loss
-        gain[self.buildings] = -np.inf  # Floor value inside buildings, as in RadioMapSeer.
+        gain[~self.outdoor] = -np.inf  # Floor value inside buildings, as in RadioMapSeer.
         return gain
 
 

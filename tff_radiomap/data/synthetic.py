@@ -5,12 +5,14 @@ Layout under `root` (as RadioMapSeer):
     png/antennas/{m}_{t}.png         uint8, 255 at the transmitter pixel, 0 elsewhere
     gain/DPM/{m}_{t}.png             uint8 gray-level gain (see `encoding.py`)
     antenna/{m}.json                 [[x, y], ...] transmitter pixels of map m (x = column, y = row)
+    reality/{m}.json                 a shadowed set only: map m's drawn losses and the twin model's RMSE
 
 Cities: a street grid of per-map spacing, street width and angle; blocks split into lots, each lot
 built or not with a per-map density and random set-backs (touching set-backs merge buildings into
 larger blocks); some blocks are open squares. Transmitters stand outside buildings.
 
-The propagation model is `propagation.py`.
+The propagation model is `propagation.py`; `DatasetSpec.reality` may add what the twin lacks
+(`reality.py`). The spec is recorded in `synthetic_spec.json`.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import shutil
 import numpy as np
 from PIL import Image
 
-from tff_radiomap.data import encoding
+from tff_radiomap.data import encoding, reality
 from tff_radiomap.data.propagation import MapPropagation, PropagationConfig
 from tff_radiomap.runtime.atomic import atomic_write, is_stale_temporary
 from tff_radiomap.runtime.hold import hold
@@ -37,6 +39,15 @@ class DatasetSpec:
     size: int = 256
     seed: int = 0
     simulation: str = "DPM"
+    reality: reality.ShadowedReality | None = None  # None: the gains are the propagation model's (the twin's).
+
+
+def spec_record(spec: DatasetSpec) -> dict:
+    """The spec as a set's record holds it: without `reality` when None, as before the field."""
+    record = dataclasses.asdict(spec)
+    if spec.reality is None:
+        del record["reality"]
+    return record
 
 
 # ---------------------------------------------------------------------------------------------
@@ -145,21 +156,39 @@ def map_seed(seed: int, map_index: int) -> np.random.SeedSequence:
     return np.random.SeedSequence([seed, map_index])
 
 
+def corner_seed(seed: int, map_index: int) -> int:
+    """The seed of map `map_index`'s corner subsample (`MapPropagation`'s `seed`)."""
+    return int(map_seed(seed, map_index).spawn(3)[2].generate_state(1)[0])
+
+
 def write_map(root: str, map_index: int, spec: DatasetSpec, config: PropagationConfig = PropagationConfig(), placement: str = "random") -> None:
     """Generates map `map_index` with its transmitters and writes it; reproducible from the seed."""
-    city_seq, tx_seq, corner_seq = map_seed(spec.seed, map_index).spawn(3)
+    # The fourth child (the reality's) leaves the first three, and so the twin's sets, as they were.
+    city_seq, tx_seq, _, reality_seq = map_seed(spec.seed, map_index).spawn(4)
     buildings = generate_city(np.random.default_rng(city_seq), spec.size)
     place = place_in_quadrants if placement == "quadrants" else place_transmitters
     txs = place(np.random.default_rng(tx_seq), buildings, spec.transmitters)
     dirs = layout_dirs(root, spec.simulation)
-    propagation = MapPropagation(buildings, config, seed=int(corner_seq.generate_state(1)[0]))
+    propagation = MapPropagation(buildings, config, seed=corner_seed(spec.seed, map_index))
+    shadowed = reality.ShadowedMap(spec.reality, config, reality_seq, len(txs)) if spec.reality else None
+    errors = []  # The twin model's (same corners) squared error against the data, per transmitter.
     for t, (row, col) in enumerate(txs):
         raster = np.zeros((spec.size, spec.size), np.uint8)
         raster[row, col] = 255
         _save_png(os.path.join(dirs["antennas"], f"{map_index}_{t}.png"), raster)
-        gray = encoding.gain_db_to_gray(propagation.gain_db((row, col)))
+        if shadowed:  # One path solve for the data's gain and the twin model's.
+            paths = propagation.paths((row, col))
+            gray = encoding.gain_db_to_gray(shadowed.gain_db(t, paths))
+            twin_gray = encoding.gain_db_to_gray(paths.gain_db(config.corner_loss_db, config.wall_loss_db))
+            errors.append(reality.squared_error_db(gray, twin_gray, ~buildings))
+        else:
+            gray = encoding.gain_db_to_gray(propagation.gain_db((row, col)))
         _save_png(os.path.join(dirs["gain"], f"{map_index}_{t}.png"), gray)
     write_json(os.path.join(dirs["antenna_json"], f"{map_index}.json"), [[int(col), int(row)] for row, col in txs])
+    if shadowed:
+        record = {"corner_loss_db": shadowed.corner_loss_db, "wall_loss_db": shadowed.wall_loss_db}
+        record.update(twin_model_rmse_db=reality.pooled_rmse_db(errors), outdoor_pixels=sum(n for _, n in errors))
+        write_json(os.path.join(root, REALITY_DIR, f"{map_index}.json"), record, indent=2)
     hold(f"map {map_index} before its buildings")  # Kill-and-resume tests stop a program here (`runtime.hold`).
     # The buildings image goes last: its presence marks the map as complete (used to resume).
     _save_png(os.path.join(dirs["buildings"], f"{map_index}.png"), buildings.astype(np.uint8) * 255)
@@ -169,10 +198,32 @@ def map_is_complete(root: str, map_index: int, spec: DatasetSpec) -> bool:
     dirs = layout_dirs(root, spec.simulation)
     needed = [os.path.join(dirs["buildings"], f"{map_index}.png"), os.path.join(dirs["antenna_json"], f"{map_index}.json")]
     needed += [os.path.join(dirs["gain"], f"{map_index}_{t}.png") for t in range(spec.transmitters)]
+    if spec.reality:
+        needed.append(os.path.join(root, REALITY_DIR, f"{map_index}.json"))
     return all(os.path.exists(p) for p in needed)
 
 
 SPEC_FILE = "synthetic_spec.json"
+REALITY_DIR = "reality"  # A shadowed set's per-map records.
+MISMATCH_FILE = "twin_mismatch.json"  # The twin's mismatch, as `programs.make_dataset` measured it.
+
+
+def read_reality(root: str) -> dict[int, dict]:
+    """map -> its record under reality/ (drawn losses, the twin model's RMSE); {} for a twin set."""
+    folder = os.path.join(root, REALITY_DIR)
+    names = os.listdir(folder) if os.path.isdir(folder) else []
+    out = {}
+    for name in sorted(n for n in names if n.endswith(".json") and n[:-5].isdigit()):
+        with open(os.path.join(folder, name)) as f:
+            out[int(name[:-5])] = json.load(f)
+    return out
+
+
+def reality_rmse_db(root: str) -> float:
+    """What a shadowed set's reality adds: the RMSE (dB) over every map's outdoor pixels between its
+    gains and the twin's model on the same corners, pooled from reality/; 0.0 for a twin set."""
+    records = read_reality(root).values()
+    return reality.pooled_rmse_db([(r["twin_model_rmse_db"] ** 2 * r["outdoor_pixels"], r["outdoor_pixels"]) for r in records]) if records else 0.0
 
 
 def prepare_root(root: str, spec: DatasetSpec, config: PropagationConfig = PropagationConfig(), placement: str = "random") -> list[int]:
@@ -183,9 +234,11 @@ def prepare_root(root: str, spec: DatasetSpec, config: PropagationConfig = Propa
     """
     for d in layout_dirs(root, spec.simulation).values():
         os.makedirs(d, exist_ok=True)
+    if spec.reality:
+        os.makedirs(os.path.join(root, REALITY_DIR), exist_ok=True)
     if placement not in PLACEMENTS:
         raise ValueError(f"placement={placement!r}: expected one of {PLACEMENTS}")
-    record = {"spec": dataclasses.asdict(spec), "propagation": dataclasses.asdict(config)}
+    record = {"spec": spec_record(spec), "propagation": dataclasses.asdict(config)}
     if placement != "random":  # Recorded only when set, so existing sets keep their record.
         record["placement"] = placement
     path = os.path.join(root, SPEC_FILE)
@@ -217,9 +270,11 @@ def remove_dataset(root: str) -> None:
             simulation = json.load(f)["spec"]["simulation"]
     except (OSError, ValueError, KeyError):
         simulation = "DPM"
-    for d in layout_dirs(root, simulation).values():
+    for d in [*layout_dirs(root, simulation).values(), os.path.join(root, REALITY_DIR)]:
         if os.path.isdir(d):
             shutil.rmtree(d)
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(root, MISMATCH_FILE))
     os.remove(path)
 
 

@@ -23,7 +23,7 @@ import numpy as np
 from PIL import Image
 
 from tff_radiomap.data import propagation
-from tff_radiomap.data import encoding, synthetic
+from tff_radiomap.data import encoding, reality, synthetic
 from tff_radiomap.runtime.atomic import atomic_write
 
 TWIN_FILE = "twin_spec.json"
@@ -45,6 +45,54 @@ def simulate(buildings: np.ndarray, positions, config: propagation.PropagationCo
     """Gray-level gain maps uint8 [P, S, S] of transmitters at `positions` [(row, col)] on `buildings`."""
     model = propagation.MapPropagation(np.asarray(buildings, bool), config, seed=seed)
     return np.stack([encoding.gain_db_to_gray(model.gain_db(tuple(p))) for p in positions])
+
+
+def mismatch_db(
+    data_root: str,
+    maps=None,
+    config: propagation.PropagationConfig = propagation.PropagationConfig(),
+    corner_seed=None,
+    simulation: str = "DPM",
+) -> float:
+    """The twin's mismatch: the RMSE in dB, pooled over the outdoor pixels of every transmitter map
+    of `maps` (default: all) of `data_root`, between the twin's gain at the data's own transmitter
+    positions (antenna/{m}.json) and the data's gain there, both as gray levels decoded.
+
+    The twin is `simulate` with `config`, its corner subsample drawn with `corner_seed(m)` (default
+    m, as `ensure_twin` and `position_gains` draw it; `synthetic.corner_seed` gives a synthetic
+    set's own).
+    """
+    dirs = synthetic.layout_dirs(data_root, simulation)
+    terms = []
+    for m in _map_ids(data_root) if maps is None else maps:
+        with open(os.path.join(dirs["antenna_json"], f"{m}.json")) as f:
+            txs = [(row, col) for col, row in json.load(f)]
+        buildings = read_buildings(data_root, m)
+        data = np.stack([np.asarray(Image.open(os.path.join(dirs["gain"], f"{m}_{t}.png"))) for t in range(len(txs))])
+        twin = simulate(buildings, txs, config, seed=m if corner_seed is None else corner_seed(m))
+        terms.append(reality.squared_error_db(twin, data, ~buildings))
+    return reality.pooled_rmse_db(terms)
+
+
+def record_mismatch(data_root: str, maps: int, simulation: str = "DPM") -> dict:
+    """The twin's mismatch on the first `maps` maps of a synthetic set (`mismatch_db`, the default
+    model and corners), beside what its reality adds on every map (`synthetic.reality_rmse_db`),
+    written to the set's `synthetic.MISMATCH_FILE` (or read back from it if it holds these maps)."""
+    config = propagation.PropagationConfig()
+    path = os.path.join(data_root, synthetic.MISMATCH_FILE)
+    if os.path.exists(path):
+        with open(path) as f:
+            found = json.load(f)
+        if found.get("maps") == maps and found.get("propagation") == propagation_record(config):
+            return found
+    record = {
+        "twin_rmse_db": mismatch_db(data_root, range(maps), config, simulation=simulation),
+        "maps": maps,
+        "reality_rmse_db": synthetic.reality_rmse_db(data_root),
+        "propagation": propagation_record(config),
+    }
+    synthetic.write_json(path, record, indent=2)
+    return record
 
 
 def _map_ids(root: str) -> list[int]:

@@ -215,6 +215,8 @@ PRESETS = {
         dict(rounds=50, stage1_rounds=25, local_epochs=1, batch_size=64, server_lr_schedule="constant"),
         "the first privacy front's CPU set-up: 48 x 32 maps, 1 local epoch at batch 64, 50 rounds",
     ),
+    # The default set-up on data the defender's twin does not match (`data.reality`).
+    "shadowed": Preset("default_shadowed", {}, "the CPU default on the default set's maps with shadow fading and per-map losses the twin lacks"),
 }
 
 
