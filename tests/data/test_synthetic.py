@@ -145,13 +145,29 @@ def test_a_shadowed_set_is_reproducible_from_its_seed_and_resumes_to_the_same_fi
 
 def test_the_twins_mismatch_is_zero_on_a_twin_set_and_what_the_generator_recorded_on_a_shadowed_one(small_root, shadowed_root):
     own_corners = lambda m: synthetic.corner_seed(SMALL.seed, m)  # noqa: E731
-    assert twin.mismatch_db(small_root, corner_seed=own_corners) == 0.0
-    assert twin.mismatch_db(small_root) == 0.0  # At 64x64 no map has more corners than the twin keeps.
+    assert twin.mismatch_db(small_root, corners=own_corners) == 0.0
+    assert twin.mismatch_db(small_root) == 0.0  # The twin draws the data's corners by default.
     assert synthetic.reality_rmse_db(small_root) == 0.0
-    found = twin.mismatch_db(shadowed_root, corner_seed=own_corners)
+    found = twin.mismatch_db(shadowed_root, corners=own_corners)
     assert 2.0 < found < 15.0
     assert found == pytest.approx(synthetic.reality_rmse_db(shadowed_root), rel=1e-9)
     assert twin.mismatch_db(shadowed_root, maps=[1]) == pytest.approx(synthetic.read_reality(shadowed_root)[1]["twin_model_rmse_db"], rel=1e-9)
+
+
+def test_the_twin_keeps_the_datas_corners_where_a_map_has_more_than_it_keeps(tmp_path):
+    # Few corners kept: every map is subsampled, so a twin drawing other corners (seed m, as it
+    # did before `twin.corner_seed`) misses the data, and the twin as run does not.
+    few = propagation.PropagationConfig(max_corners=3)
+    root = str(tmp_path / "few")
+    synthetic.prepare_root(root, SMALL, few)
+    for m in range(2):
+        synthetic.write_map(root, m, SMALL, few)
+    assert twin.mismatch_db(root, maps=[0, 1], config=few) == 0.0
+    assert twin.mismatch_db(root, maps=[0, 1], config=few, corners=lambda m: m) > 0.5
+    positions = np.argwhere(~twin.read_buildings(root, 0))[:2]
+    gains = twin.position_gains(root, 0, positions, cache_dir=str(tmp_path / "cache"), config=few)
+    data_model = propagation.MapPropagation(twin.read_buildings(root, 0), few, seed=synthetic.corner_seed(SMALL.seed, 0))
+    assert np.array_equal(gains[1], encoding.gain_db_to_gray(data_model.gain_db(tuple(positions[1]))))
 
 
 # -- physics -------------------------------------------------------------------------------

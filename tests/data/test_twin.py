@@ -86,17 +86,16 @@ def test_a_changed_propagation_model_does_not_reuse_a_twin(data_root, tmp_path):
     assert json.load(open(os.path.join(root, twin.TWIN_FILE)))["propagation"] == dataclasses.asdict(propagation.PropagationConfig())
     with pytest.raises(ValueError, match="twin made with"):
         twin.ensure_twin(data_root, positions=2, out_root=root, min_distance=3, config=changed)
-    # A record written before it held the model: made with the defaults of then, which it still matches.
+    # A record written before it held the corners: made with other corners (seed m), not reused.
     spec = os.path.join(root, twin.TWIN_FILE)
-    legacy = {k: v for k, v in json.load(open(spec)).items() if k != "propagation"}
+    legacy = {k: v for k, v in json.load(open(spec)).items() if k not in ("propagation", "corners")}
     json.dump(legacy, open(spec, "w"))
-    assert twin.ensure_twin(data_root, positions=2, out_root=root, min_distance=3) == root
     with pytest.raises(ValueError, match="twin made with"):
-        twin.ensure_twin(data_root, positions=2, out_root=root, min_distance=3, config=changed)
-    # The default folder: one per model, the earlier model's under its old name.
+        twin.ensure_twin(data_root, positions=2, out_root=root, min_distance=3)
+    # The default folder: one per model and corners, never an earlier twin's name.
     cache = str(tmp_path / "cache")
     old_name = twin.twin_root(data_root, 2, 0, cache=cache)
-    assert old_name.endswith("_p2_s0")
+    assert old_name.endswith("_p2_s0_cdata")
     assert twin.twin_root(data_root, 2, 0, cache=cache, config=changed) not in (
         old_name,
         twin.twin_root(data_root, 2, 0, cache=cache, config=propagation.PropagationConfig(wall_loss_db=21.0)),

@@ -51,16 +51,15 @@ def mismatch_db(
     data_root: str,
     maps=None,
     config: propagation.PropagationConfig = propagation.PropagationConfig(),
-    corner_seed=None,
+    corners=None,
     simulation: str = "DPM",
 ) -> float:
     """The twin's mismatch: the RMSE in dB, pooled over the outdoor pixels of every transmitter map
     of `maps` (default: all) of `data_root`, between the twin's gain at the data's own transmitter
     positions (antenna/{m}.json) and the data's gain there, both as gray levels decoded.
 
-    The twin is `simulate` with `config`, its corner subsample drawn with `corner_seed(m)` (default
-    m, as `ensure_twin` and `position_gains` draw it; `synthetic.corner_seed` gives a synthetic
-    set's own).
+    The twin is `simulate` with `config`, its corner subsample drawn with seed `corners(m)` (default
+    the data's own, `corner_seed`, as `ensure_twin` and `position_gains` draw it).
     """
     dirs = synthetic.layout_dirs(data_root, simulation)
     terms = []
@@ -69,7 +68,7 @@ def mismatch_db(
             txs = [(row, col) for col, row in json.load(f)]
         buildings = read_buildings(data_root, m)
         data = np.stack([np.asarray(Image.open(os.path.join(dirs["gain"], f"{m}_{t}.png"))) for t in range(len(txs))])
-        twin = simulate(buildings, txs, config, seed=m if corner_seed is None else corner_seed(m))
+        twin = simulate(buildings, txs, config, seed=corner_seed(data_root, m) if corners is None else corners(m))
         terms.append(reality.squared_error_db(twin, data, ~buildings))
     return reality.pooled_rmse_db(terms)
 
@@ -93,6 +92,24 @@ def record_mismatch(data_root: str, maps: int, simulation: str = "DPM") -> dict:
     }
     synthetic.write_json(path, record, indent=2)
     return record
+
+
+def corner_seed(data_root: str, m: int) -> int:
+    """The seed of map m's corner subsample as the data were made (`MapPropagation`'s `seed`): a
+    synthetic set's own (`synthetic.corner_seed` of the seed its spec records), so that the twin's
+    model is the data's exactly; m for a set of other origin (real data: the twin cannot know).
+
+    Twins and position caches made before this existed drew every map's corners with seed m and
+    missed the data by about 5 dB RMSE on maps of more than `max_corners` corners; their folders and
+    cache keys differ from today's (`CORNERS`), so they are never read as today's."""
+    path = os.path.join(data_root, synthetic.SPEC_FILE)
+    if not os.path.exists(path):
+        return m
+    with open(path) as f:
+        return synthetic.corner_seed(int(json.load(f)["spec"]["seed"]), m)
+
+
+CORNERS = "data"  # In twin records and cache keys: the corner subsample is the data's (`corner_seed`).
 
 
 def _map_ids(root: str) -> list[int]:
@@ -135,7 +152,7 @@ def _write_twin_map(args) -> None:
     buildings = read_buildings(data_root, m)
     rng = np.random.default_rng(np.random.SeedSequence([seed, m]))
     txs = twin_positions(rng, buildings, _existing_transmitters(data_root, m), positions, min_distance)
-    grays = simulate(buildings, txs, config, seed=m)
+    grays = simulate(buildings, txs, config, seed=corner_seed(data_root, m))
     for t, ((row, col), gray) in enumerate(zip(txs, grays)):
         raster = np.zeros(buildings.shape, np.uint8)
         raster[row, col] = 255
@@ -154,7 +171,7 @@ def twin_root(
 
     record = propagation_record(config)
     model = "" if record == LEGACY_PROPAGATION else "_m" + hashlib.sha1(json.dumps(record, sort_keys=True).encode()).hexdigest()[:8]
-    return os.path.join(cache or default_set.cache_root(), f"{_twin_name(data_root)}_p{positions}_s{seed}{model}")
+    return os.path.join(cache or default_set.cache_root(), f"{_twin_name(data_root)}_p{positions}_s{seed}{model}_c{CORNERS}")
 
 
 def propagation_record(config: propagation.PropagationConfig) -> dict:
@@ -171,7 +188,7 @@ def positions_root(data_root: str, cache: str | None = None) -> str:
     """Where `position_gains` caches the twin's maps at positions of the caller's choosing."""
     from tff_radiomap.data import default_set
 
-    return os.path.join(cache or default_set.cache_root(), f"{_twin_name(data_root)}_positions")
+    return os.path.join(cache or default_set.cache_root(), f"{_twin_name(data_root)}_positions_c{CORNERS}")
 
 
 def ensure_twin(
@@ -199,6 +216,7 @@ def ensure_twin(
         "seed": seed,
         "min_distance": min_distance,
         "propagation": propagation_record(config),
+        "corners": CORNERS,
     }
     for d in synthetic.layout_dirs(out_root).values():
         os.makedirs(d, exist_ok=True)
@@ -282,7 +300,7 @@ def position_gains(
         with np.load(path) as f:
             if np.array_equal(f["positions"], positions):
                 return f["gains"]
-    gains = simulate(read_buildings(data_root, m), positions, config, seed=m)
+    gains = simulate(read_buildings(data_root, m), positions, config, seed=corner_seed(data_root, m))
     os.makedirs(cache_dir, exist_ok=True)
     with atomic_write(path, "wb") as f:  # Processes simulating the same map race on it.
         np.savez(f, positions=positions, gains=gains)
