@@ -6,7 +6,8 @@ r"""The privacy-utility front of paper 000's defenses: every method over a grid 
   python -m programs.privacy_front --output_dir=runs/privacy_front --report_only
 
 Runs (or resumes; finished runs are kept) programs.privacy_radiomap's experiment for each method,
-noise multiplier nu and seed in OUTPUT_DIR/<method>_nu<nu>_s<seed>/, with the attack at round 1,
+noise multiplier nu (z, from --z_grid, for central_dp and ddp) and seed in
+OUTPUT_DIR/<method>_nu<nu>_s<seed>/, with the attack at round 1,
 every --attack_every rounds and the last; a method without noise (none, clip, fedsgd) runs once
 per seed, in OUTPUT_DIR/<method>_s<seed>/ (its row has nu = 0). Then writes OUTPUT_DIR/front.csv
 and front.md (per method and nu: best validation MSE in dB and the final attacker RMSE in m, mean
@@ -63,6 +64,9 @@ flags.DEFINE_string("output_dir", "runs/privacy_front", "Folder of the runs, the
 flags.DEFINE_string("data_root", None, "RadioMapSeer-layout folder; default: the preset's built-in synthetic set (cached).")
 flags.DEFINE_list("methods", ["none", "uniform", "directed", "subspace"], "Methods (defenses, names of privacy_radiomap.DEFENSES) on the front.")
 flags.DEFINE_list("noise_multipliers", ["0.001", "0.01", "0.03", "0.1"], "Noise multipliers nu of every noise defense.")
+flags.DEFINE_list(
+    "z_grid", ["0.01", "0.03", "0.1", "1"], "Noise multipliers z of the defenses on the aggregate (central_dp, ddp): the noise on the sum over C."
+)
 flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds; the front reports mean and std over them.")
 flags.DEFINE_enum("preset", "default", list(experiment.PRESETS), common.PRESET_HELP)
 flags.DEFINE_integer("rounds", None, "Communication rounds of every run; default: the preset's.")
@@ -97,6 +101,8 @@ def validate() -> dict:
     common.require(FLAGS.noise_multipliers, "noise_multipliers", "", "comma-separated positive numbers")
     for nu in FLAGS.noise_multipliers:
         common.require(_positive(nu), "noise_multipliers", nu, "comma-separated positive numbers")
+    for z in FLAGS.z_grid:
+        common.require(_positive(z), "z_grid", z, "comma-separated positive numbers")
     common.require(all(s.isdigit() for s in FLAGS.seeds) and FLAGS.seeds, "seeds", ",".join(FLAGS.seeds), "comma-separated non-negative integers")
     common.require(FLAGS.attack_every >= 1, "attack_every", FLAGS.attack_every, "an integer >= 1")
     common.require(FLAGS.jobs >= 1, "jobs", FLAGS.jobs, "an integer >= 1")
@@ -131,8 +137,10 @@ def base_config(data_root: str, settings: dict):
     return base
 
 
-def _nus() -> list[float]:
-    return [float(nu) for nu in FLAGS.noise_multipliers]
+def _nus() -> dict[str, list[float]]:
+    """{method: its noise multipliers}: --z_grid for the defenses on the aggregate, else --noise_multipliers."""
+    nus, zs = [float(nu) for nu in FLAGS.noise_multipliers], [float(z) for z in FLAGS.z_grid]
+    return {m: zs if experiment.DEFENSES[m].aggregate_dp else nus for m in FLAGS.methods}
 
 
 def _seeds() -> list[int]:
@@ -208,7 +216,7 @@ def child_command(config, data_root: str) -> list[str]:
         "report": False,
     }
     if config.defense not in privacy_front.NOISE_FREE:  # A noise-free run is one per seed whatever the grid.
-        per_run["noise_multipliers"] = repr(config.noise_multiplier)
+        per_run["noise_multipliers"] = per_run["z_grid"] = repr(config.noise_multiplier)
     module_flags = FLAGS.get_flags_for_module(sys.modules[__name__])
     return [sys.executable, "-m", "programs.privacy_front", *privacy_table.child_arguments(module_flags, per_run)]
 

@@ -65,7 +65,11 @@ flags.DEFINE_float(
 flags.DEFINE_integer("seed", _DEFAULTS.seed, "Seed of the split, partition, sampling, shuffling and initial weights.")
 flags.DEFINE_string("defense", _DEFAULTS.defense, f"One of: {', '.join(sorted(experiment.DEFENSES))}.")
 flags.DEFINE_float("clip_norm", _DEFAULTS.clip_norm, "L2 clipping norm C of the privacy defenses.")
-flags.DEFINE_float("noise_multiplier", _DEFAULTS.noise_multiplier, "Noise multiplier nu; budget B = d (C nu)^2.")
+flags.DEFINE_float(
+    "noise_multiplier", _DEFAULTS.noise_multiplier, "Noise multiplier nu; budget B = d (C nu)^2. For central_dp and ddp: z, the noise on the sum over C."
+)
+flags.DEFINE_enum("ddp_mechanism", _DEFAULTS.ddp_mechanism, ["distributed_skellam", "distributed_dgauss"], "--defense=ddp: the distributed noise.")
+flags.DEFINE_integer("ddp_bits", _DEFAULTS.ddp_bits, "--defense=ddp: bits of the secure sum (1..22).")
 flags.DEFINE_float("sigma_min", _DEFAULTS.sigma_min, "Adaptive defense's per-coordinate noise floor (0: none).")
 flags.DEFINE_bool("fresh_noise", _DEFAULTS.fresh_noise, common.FRESH_NOISE_HELP)
 flags.DEFINE_integer("attack_every", _DEFAULTS.attack_every, "Run the localization attack at round 1, every n rounds and the last (0: never).")
@@ -187,6 +191,8 @@ def _config() -> experiment.ExperimentConfig:
         clip_norm=FLAGS.clip_norm,
         noise_multiplier=FLAGS.noise_multiplier,
         sigma_min=FLAGS.sigma_min,
+        ddp_mechanism=FLAGS.ddp_mechanism,
+        ddp_bits=FLAGS.ddp_bits,
         fresh_noise=FLAGS.fresh_noise,
         attack_every=FLAGS.attack_every,
         attack_train_traces=FLAGS.attack_train_traces,
@@ -248,10 +254,19 @@ def _privacy_text(summary: dict) -> str:
     privacy = summary.get("privacy")
     if privacy is None or summary["defense"] == "centralised":
         return ""
-    if privacy["max_epsilon"] is None:
-        return "; no privacy guarantee against an observer of the uploads"
     seeded = "" if FLAGS.fresh_noise else ", seeded noise: not private in deployment"
-    return f"; max epsilon {privacy['max_epsilon']:.3g} at delta {privacy['delta']:g} per client{seeded}"
+    if not privacy.get("uploads_observable", True):
+        text = "; the uploads are masked by secure aggregation (no attack on them)"
+    elif privacy["max_epsilon"] is None:
+        text = "; no privacy guarantee against an observer of the uploads"
+    else:
+        text = f"; max epsilon {privacy['max_epsilon']:.3g} at delta {privacy['delta']:g} per client against an observer of the uploads{seeded}"
+    aggregate = privacy.get("aggregate")
+    if aggregate is not None:
+        text += f"; the released aggregate: epsilon {aggregate['epsilon']:.3g} at delta {aggregate['delta']:g} (participation known)"
+        if "epsilon_poisson" in aggregate:
+            text += f", {aggregate['epsilon_poisson']:.3g} with Poisson sampling amplification (participation unknown)"
+    return text
 
 
 def main(argv):

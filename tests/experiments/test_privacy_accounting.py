@@ -12,6 +12,7 @@ import pytest
 import tensorflow_federated as tff
 
 from tff_radiomap.models import phases
+from tff_radiomap.experiments import defense_registry
 from tff_radiomap.experiments import privacy_accounting as pa
 from tff_radiomap.experiments import privacy_radiomap as experiment
 from tff_radiomap.learning import federated_data
@@ -30,7 +31,7 @@ def test_every_registered_defense_answers_dp_event(config, tmp_path):
             noise_multiplier=0.5,
             sigma_min=0.2 if name == "adaptive_floor" else 0.0,
         )
-        for phase, factory in experiment.phase_factories(cfg, str(tmp_path)).items():
+        for phase, factory in defense_registry.upload_views(cfg, str(tmp_path)).items():
             event = None if factory is None else factory.dp_event()
             assert event is None or isinstance(event, dp_accounting.DpEvent), (name, phase, event)
             if name in expected:
@@ -139,3 +140,55 @@ def test_a_config_saved_before_fresh_noise_existed_reads_as_seeded(config, tmp_p
     assert experiment._check_config(config, str(tmp_path / "old"))
     with pytest.raises(experiment.ConfigMismatchError, match="fresh_noise: saved False, now True"):
         experiment._check_config(dataclasses.replace(config, fresh_noise=True), str(tmp_path / "old"))
+
+
+def test_central_dp_uploads_read_as_clip_only_and_ddp_uploads_are_not_observable(config):
+    central = dataclasses.replace(config, defense="central_dp", noise_multiplier=1.0)
+    views = defense_registry.upload_views(central, "")
+    assert set(views) == {Phase.STAGE1, Phase.STAGE2} and all(type(v).__name__ == "ClipOnlyFactory" for v in views.values())
+    assert all(v.clip_norm == central.clip_norm for v in views.values())
+    assert type(defense_registry.phase_factories(central, "")[Phase.STAGE1]).__name__ == "DifferentiallyPrivateFactory"
+    ddp = dataclasses.replace(config, defense="ddp", noise_multiplier=1.0)
+    assert defense_registry.upload_views(ddp, "") == {}
+    assert pa.replay(ddp).summary()["max_epsilon"] is None  # Uploads were made, none under a DP event.
+    with pytest.raises(ValueError, match="noise_multiplier=0.0: expected a positive z"):
+        dataclasses.replace(config, defense="central_dp", noise_multiplier=0.0)
+    with pytest.raises(ValueError, match="ddp_mechanism='laplace'"):
+        dataclasses.replace(config, defense="ddp", ddp_mechanism="laplace")
+
+
+def test_central_dp_epsilon_is_dp_accountings_for_the_worst_clients_rounds_and_for_poisson_sampling(config):
+    cfg = dataclasses.replace(config, defense="central_dp", noise_multiplier=1.5, rounds=12, num_clients=3, clients_per_round=2)
+    taken = pa.participation(cfg)
+    assert sum(sum(c.values()) for c in taken.values()) == 12 * 2
+    worst = max(sum(c.values()) for c in taken.values())
+    out = pa.aggregate_summary(cfg)
+    # By hand: the Gaussian mechanism at z composed over the worst client's rounds, and the
+    # Poisson-subsampled one over every round, through dp_accounting's own RDP accountant.
+    known = dp_accounting.rdp.RdpAccountant(accounting.DEFAULT_ORDERS).compose(dp_accounting.GaussianDpEvent(1.5), worst).get_epsilon(pa.DELTA)
+    poisson = (
+        dp_accounting.rdp.RdpAccountant(accounting.DEFAULT_ORDERS)
+        .compose(dp_accounting.PoissonSampledDpEvent(2 / 3, dp_accounting.GaussianDpEvent(1.5)), 12)
+        .get_epsilon(pa.DELTA)
+    )
+    assert out["worst_client_rounds"] == worst
+    assert out["epsilon"] == pytest.approx(known, rel=1e-6)
+    assert out["epsilon_poisson"] == pytest.approx(poisson, rel=1e-6)
+    assert pa.aggregate_summary(dataclasses.replace(cfg, noise_multiplier=3.0))["epsilon"] < out["epsilon"]
+    assert pa.aggregate_summary(dataclasses.replace(cfg, defense="uniform")) is None
+
+
+def test_ddp_epsilon_is_the_ddp_accountants_for_the_worst_clients_rounds(config):
+    from tff_radiomap.privacy import ddp_accounting
+
+    cfg = dataclasses.replace(config, defense="ddp", noise_multiplier=2.0, rounds=8, stage1_rounds=8, num_clients=3, clients_per_round=2)
+    out = pa.aggregate_summary(cfg)
+    dim = int(sum(np.prod(s) for s in phases.uploaded_shapes(cfg.model_config(), Phase.STAGE1)))
+    calibration = ddp_accounting.tff_ddp_calibration(2.0, 2, cfg.ddp_bits, cfg.clip_norm, dim, mechanism=cfg.ddp_mechanism)
+    rounds_by_client = {k: sum(c.values()) for k, c in pa.participation(cfg).items()}
+    by_hand = ddp_accounting.per_client_epsilon(calibration.event, rounds_by_client, pa.DELTA)
+    assert out["epsilon"] == pytest.approx(max(by_hand.values()), rel=1e-9)
+    assert out["calibration"][int(Phase.STAGE1)]["scale"] == pytest.approx(calibration.scale)
+    assert "epsilon_poisson" not in out  # No amplification is claimed for distributed DP.
+    # The discrete Gaussian at the same z differs from Skellam by little; both fall with z.
+    assert pa.aggregate_summary(dataclasses.replace(cfg, noise_multiplier=4.0))["epsilon"] < out["epsilon"]

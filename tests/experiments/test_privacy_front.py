@@ -83,31 +83,42 @@ def test_front_csv_holds_one_row_per_method_and_nu_with_means_over_seeds(runs):
     with open(out["csv"]) as f:
         reader = csv.DictReader(f)
         rows = list(reader)
-    assert reader.fieldnames == [
-        "method",
-        "noise_multiplier",
-        "seeds",
-        "best_val_mse_db_mean",
-        "best_val_mse_db_std",
-        "final_attack_rmse_m_mean",
-        "final_attack_rmse_m_std",
-        "mean_attack_rmse_m_mean",
-        "constant_rmse_m",
-        "max_epsilon",
-        "final_val_mse_db_mean",
-        "final_val_mse_db_std",
-        "late_attack_rmse_m_mean",
-        "late_attack_rmse_m_std",
-        "first_attack_ratio_mean",
-        "late_attack_ratio_mean",
-        "late_attack_ratio_std",
-        "late_matching_ratio_mean",
-        "late_matching_ratio_std",
-        "late_ridge_ratio_mean",
-    ]  # The columns of fronts written before max_epsilon, then it, the final MSE, the attacks after round 1, their ratios.
+    assert (
+        reader.fieldnames
+        == [
+            "method",
+            "noise_multiplier",
+            "seeds",
+            "best_val_mse_db_mean",
+            "best_val_mse_db_std",
+            "final_attack_rmse_m_mean",
+            "final_attack_rmse_m_std",
+            "mean_attack_rmse_m_mean",
+            "constant_rmse_m",
+            "max_epsilon",
+            "final_val_mse_db_mean",
+            "final_val_mse_db_std",
+            "late_attack_rmse_m_mean",
+            "late_attack_rmse_m_std",
+            "first_attack_ratio_mean",
+            "late_attack_ratio_mean",
+            "late_attack_ratio_std",
+            "late_matching_ratio_mean",
+            "late_matching_ratio_std",
+            "late_ridge_ratio_mean",
+            "best_val_rmse_db_mean",
+            "best_val_rmse_db_std",
+            "final_val_rmse_db_mean",
+            "final_val_rmse_db_std",
+            "aggregate_epsilon",
+            "aggregate_epsilon_poisson",
+            "uploads_observable",
+        ]
+    )  # The columns of fronts written before max_epsilon, then it, the final MSE, the attacks after round 1, their ratios, the gain's RMSE, the aggregate's epsilon.
     assert [(r["method"], float(r["noise_multiplier"]), int(r["seeds"])) for r in rows] == [("none", 0.0, 2), ("uniform", 0.01, 2)]
     assert [r["max_epsilon"] for r in rows] == ["", ""]  # Not known: these runs have no config.json.
-    none, uniform = ({k: float(v or "nan") for k, v in r.items() if k not in ("method", "max_epsilon")} for r in rows)
+    assert [(r["aggregate_epsilon"], r["uploads_observable"]) for r in rows] == [("", "True")] * 2
+    none, uniform = ({k: float(v or "nan") for k, v in r.items() if k not in ("method", "max_epsilon", "uploads_observable")} for r in rows)
     # Standard deviations over the two seeds are sample ones (ddof = 1): of two values 2 apart, sqrt(2).
     assert none["best_val_mse_db_mean"] == pytest.approx(-21.0) and none["best_val_mse_db_std"] == pytest.approx(np.sqrt(2))
     assert none["final_val_mse_db_mean"] == pytest.approx(-20.0) and none["final_val_mse_db_std"] == pytest.approx(np.sqrt(2))

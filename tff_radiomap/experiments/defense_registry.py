@@ -9,6 +9,14 @@ in cost (concurrent runs start costliest first). A new defense is one `register_
 Each noise defense clips at C = `clip_norm` and spends the budget B = d (C nu)^2 over the groups
 of the upload of its phase (`privacy.groups.radiounet_groups`, or the leakage partition of
 `basis_refresh.subspace_groups`), so B counts the coordinates actually uploaded.
+
+Two rows protect the aggregate rather than the uploads, with TFF's own factories: `central_dp`
+(DP-FedAvg: clients clip, the server adds N(0, (z C)^2) to the sum; the uploads themselves are
+clipped and clean, so the observer of individual uploads sees Clip Only's) and `ddp` (secure
+aggregation with distributed DP: the observer of individual uploads sees nothing it can use, the
+server the noisy sum). For them `noise_multiplier` is z, the noise on the sum over C. What the
+observer of individual uploads sees is a row's `upload_view` (`upload_views`); what the trainer
+aggregates with is its `model_aggregator` (`phase_factories`).
 """
 
 from __future__ import annotations
@@ -23,9 +31,11 @@ from tff_radiomap.aggregators import (
     AdaptiveSubspaceNoiseFactory,
     ClipOnlyFactory,
     DirectedNoiseFactory,
+    central_gaussian_factory,
     SubspaceNoiseFactory,
     UniformNoiseFactory,
 )
+from tff_radiomap.aggregators import secure_dp
 from tff_radiomap.experiments import basis_refresh
 from tff_radiomap.models.phases import Phase
 from tff_radiomap.privacy import groups
@@ -34,6 +44,8 @@ PROTOCOLS = ("two_stage", "fedsgd")
 # (config, phase, basis_dir) -> the phase's aggregation factory, or None for the weighted mean.
 AggregatorFn = Callable[[object, Phase, "str | None"], object]
 NOISE_FIELDS = ("noise_multiplier", "fresh_noise")
+DDP_FIELDS = ("ddp_mechanism", "ddp_bits")
+AGGREGATE_MECHANISMS = ("central", "distributed")
 ALLOCATOR_FIELDS = ("sigma_min", "adaptive_partition", "allocator_lambda_p", "allocator_lambda_h", "allocator_every")
 
 
@@ -48,6 +60,12 @@ class Defense:
     label: its name in tables and figures (default: its registry name).
     reads: the configuration fields that only some defenses read and this one does.
     cost_rank: 0 for the costliest run at the CPU default, larger for cheaper ones.
+    upload_view: the factory whose client step an observer of individual uploads sees, where it is
+      not `model_aggregator` (central DP: Clip Only's); None: `model_aggregator`.
+    uploads_observable: False where an observer of individual uploads sees nothing it can use
+      (secure aggregation): the run does not attack them.
+    aggregate_dp: 'central' or 'distributed' where the defense's guarantee is on the aggregate the
+      server releases (its epsilon: `privacy_accounting.aggregate_summary`); '' for none.
     """
 
     protocol: str
@@ -56,6 +74,9 @@ class Defense:
     label: str = ""
     reads: tuple[str, ...] = ()
     cost_rank: int = 0
+    upload_view: AggregatorFn | None = None
+    uploads_observable: bool = True
+    aggregate_dp: str = ""
 
 
 DEFENSES: dict[str, Defense] = {}
@@ -66,6 +87,8 @@ def register_defense(name: str, defense: Defense) -> None:
         raise ValueError(f"defense {name!r}: protocol={defense.protocol!r}, expected one of {PROTOCOLS}")
     if name in DEFENSES:
         raise ValueError(f"defense {name!r} is registered already")
+    if defense.aggregate_dp not in ("",) + AGGREGATE_MECHANISMS:
+        raise ValueError(f"defense {name!r}: aggregate_dp={defense.aggregate_dp!r}, expected '' or one of {AGGREGATE_MECHANISMS}")
     DEFENSES[name] = defense
 
 
@@ -76,11 +99,25 @@ def make_factory(name: str, config, phase: Phase, basis_dir: str | None = None):
     return DEFENSES[name].model_aggregator(config, phase, basis_dir)
 
 
+def _phases(defense: Defense) -> tuple[Phase, ...]:
+    return (Phase.JOINT,) if defense.protocol == "fedsgd" else (Phase.STAGE1, Phase.STAGE2)
+
+
 def phase_factories(config, basis_dir: str | None = None) -> dict:
     """{phase: the defense's aggregation factory for that phase's uploads, or None} of the run."""
     defense = DEFENSES[config.defense]
-    phases = (Phase.JOINT,) if defense.protocol == "fedsgd" else (Phase.STAGE1, Phase.STAGE2)
-    return {p: defense.model_aggregator(config, p, basis_dir) for p in phases}
+    return {p: defense.model_aggregator(config, p, basis_dir) for p in _phases(defense)}
+
+
+def upload_views(config, basis_dir: str | None = None) -> dict:
+    """{phase: the factory whose client step an observer of individual uploads sees, or None (the
+    upload as trained)}: what the attacks simulate and the per-upload accounting counts. Empty for a
+    defense whose uploads are not observable (`uploads_observable`)."""
+    defense = DEFENSES[config.defense]
+    if not defense.uploads_observable:
+        return {}
+    view = defense.upload_view or defense.model_aggregator
+    return {p: view(config, p, basis_dir) for p in _phases(defense)}
 
 
 def unread_fields(name: str) -> set[str]:
@@ -119,6 +156,14 @@ def _clip(config, phase, basis_dir=None):
 def _uniform(config, phase, basis_dir=None):
     g = groups.radiounet_groups(config.model_config(), phase)
     return UniformNoiseFactory(config.clip_norm, config.noise_multiplier, groups=g, seed=_seed(config))
+
+
+def _central_dp(config, phase, basis_dir=None):
+    return central_gaussian_factory(config.noise_multiplier, config.clients_per_round, config.clip_norm)
+
+
+def _ddp(config, phase, basis_dir=None):
+    return secure_dp.ddp_mean_factory(config.noise_multiplier, config.clients_per_round, config.clip_norm, config.ddp_bits, config.ddp_mechanism)
 
 
 def _directed(config, phase, basis_dir=None):
@@ -257,5 +302,31 @@ register_defense(
         "Aligned",
         NOISE_FIELDS + ("aligned_tradeoff",),
         cost_rank=1,
+    ),
+)
+register_defense(
+    "central_dp",
+    Defense(
+        "two_stage",
+        _central_dp,
+        "Central DP (DP-FedAvg): clients clip at C, the server adds N(0, (z C)^2) to the sum (TFF's DifferentiallyPrivateFactory.gaussian_fixed)",
+        "Central DP",
+        ("noise_multiplier",),
+        cost_rank=5,
+        upload_view=_clip,
+        aggregate_dp="central",
+    ),
+)
+register_defense(
+    "ddp",
+    Defense(
+        "two_stage",
+        _ddp,
+        "Distributed DP: secure aggregation of clipped, discretized uploads, each with its share of noise of z C on the sum (TFF's DistributedDpSumFactory)",
+        "Distributed DP",
+        ("noise_multiplier",) + DDP_FIELDS,
+        cost_rank=3,
+        uploads_observable=False,
+        aggregate_dp="distributed",
     ),
 )

@@ -62,7 +62,21 @@ COLUMNS = (
     "late_matching_ratio_mean",
     "late_matching_ratio_std",
     "late_ridge_ratio_mean",
+    # The gain's RMSE in dB over all validation pixels (nan for runs finished before it existed).
+    "best_val_rmse_db_mean",
+    "best_val_rmse_db_std",
+    "final_val_rmse_db_mean",
+    "final_val_rmse_db_std",
+    # The defenses on the aggregate (central DP, distributed DP): the worst client's epsilon over
+    # the seeds against an observer of the round's aggregate who knows who took part, and with
+    # Poisson sampling amplification (central DP); empty for the other defenses.
+    "aggregate_epsilon",
+    "aggregate_epsilon_poisson",
+    # False where an observer of individual uploads sees nothing (secure aggregation): no attack.
+    "uploads_observable",
 )
+ATTACK_COLUMNS = tuple(c for c in COLUMNS if "attack" in c or c.endswith("_ratio_mean") or c.endswith("_ratio_std") or c == "constant_rmse_m")
+OPTIONAL_COLUMNS = ("max_epsilon", "aggregate_epsilon", "aggregate_epsilon_poisson")  # None -> an empty cell.
 STD_COLUMNS = tuple(c for c in COLUMNS if c.endswith("_std"))
 ALLOCATION_COLUMNS = ("method", "noise_multiplier", "seed", "round", "group", "weight", "phase")
 WEIGHT_PREFIX = "allocator/weight_"
@@ -114,6 +128,10 @@ def front_rows(output_dir: str, methods, noise_multipliers, seeds, skip_missing:
         ratios = [attack_ratios(metrics) for _, _, metrics, _ in runs]
         per_seed = {key: [r[key] for r in ratios] for key in ratios[0]}
         epsilons = [e for _, _, _, e in runs]
+        best_rmse = privacy_table.mean_std([s.get("best_val_rmse_db", np.nan) for _, s, _, _ in runs])
+        final_rmse = privacy_table.mean_std([float(metrics[-1].get("val_rmse_db", np.nan)) if metrics else np.nan for _, _, metrics, _ in runs])
+        aggregate = [s.get("privacy", {}).get("aggregate") for _, s, _, _ in runs]
+        observable = all(s.get("privacy", {}).get("uploads_observable", True) for _, s, _, _ in runs)
         rows.append(
             dict(
                 zip(
@@ -137,6 +155,11 @@ def front_rows(output_dir: str, methods, noise_multipliers, seeds, skip_missing:
                         *privacy_table.mean_std(per_seed["late"]),
                         *privacy_table.mean_std(per_seed["late_matching"]),
                         privacy_table.mean_std(per_seed["late_ridge"])[0],
+                        *best_rmse,
+                        *final_rmse,
+                        _worst_aggregate(aggregate, "epsilon"),
+                        _worst_aggregate(aggregate, "epsilon_poisson"),
+                        observable,
                     ),
                 )
             )
@@ -237,6 +260,12 @@ def _worst(epsilons) -> float | None:
     return float("nan") if any(not np.isfinite(e) for e in epsilons) else max(epsilons)
 
 
+def _worst_aggregate(aggregates, key: str) -> float | None:
+    """The worst seed's aggregate epsilon `key`; None where a run has none."""
+    values = [a.get(key) if a else None for a in aggregates]
+    return None if any(v is None for v in values) else max(values)
+
+
 def write_results(output_dir: str, methods, noise_multipliers, seeds, skip_missing: bool = False) -> dict:
     """Writes front.csv, front.md and front.png from the finished runs; returns their paths, the
     rows and the names of the missing runs. FileNotFoundError if no run (or, without
@@ -248,7 +277,7 @@ def write_results(output_dir: str, methods, noise_multipliers, seeds, skip_missi
     with open(paths["csv"], "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
-        writer.writerows({k: privacy_table.csv_cell(v) if k in STD_COLUMNS + ("max_epsilon",) else v for k, v in r.items()} for r in rows)
+        writer.writerows({k: privacy_table.csv_cell(v) if k in STD_COLUMNS + OPTIONAL_COLUMNS else v for k, v in r.items()} for r in rows)
     allocation = allocation_rows(output_dir, methods, noise_multipliers, seeds)
     moves = allocation_moves(allocation)
     with open(paths["md"], "w") as f:
@@ -273,8 +302,12 @@ def _markdown_columns() -> list[str]:
 
 
 def _markdown_cell(row: dict, column: str) -> str:
-    if column in ("method", "seeds"):
+    if column in ("method", "seeds", "uploads_observable"):
         return str(row[column])
+    if not row.get("uploads_observable", True) and (column in ATTACK_COLUMNS or column + "_mean" in ATTACK_COLUMNS):
+        return "unobservable"
+    if column in ("aggregate_epsilon", "aggregate_epsilon_poisson"):
+        return "" if row[column] is None else f"{row[column]:.3g}"
     if column == "noise_multiplier":
         return f"{row[column]:g}"
     if column == "max_epsilon":
@@ -303,7 +336,12 @@ def _markdown(rows, seeds, missing, notes, moves=()) -> str:
         "late_attack_rmse_m: the mean of a run's attacks after round 1, then over seeds (less noisy than the last attack). "
         "attack_rmse_m is the strongest attacker of each attack (the lowest ratio to its constant guess among the ridge's "
         "views and the twin-matching attacker's posterior mean and MAP); the *_ratio columns are attacker RMSE over the "
-        "constant guess (1: learns nothing): the strongest at round 1 and later, the matching attacker and the ridge alone.",
+        "constant guess (1: learns nothing): the strongest at round 1 and later, the matching attacker and the ridge alone. "
+        "best/final_val_rmse_db: the gain's RMSE in dB over all validation pixels. aggregate_epsilon: the defenses on the "
+        "aggregate (central DP, distributed DP), the worst client's epsilon at the same delta against an observer of the "
+        "round's aggregate who knows who took part (each client composes the rounds it took part in); "
+        "aggregate_epsilon_poisson: central DP with Poisson sampling amplification (participation unknown). "
+        "'unobservable': secure aggregation leaves an observer of individual uploads nothing to attack.",
     ]
     if moves:
         lines += [

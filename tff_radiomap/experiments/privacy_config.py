@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from tff_radiomap.aggregators import secure_dp
 from tff_radiomap.experiments.defense_registry import DEFENSES
 from tff_radiomap.learning import radiounet_process
 from tff_radiomap.models import radiounet
@@ -55,7 +56,11 @@ class ExperimentConfig:
     test_fraction: float = 0.15
     # Privacy defenses and the attack (paper 000, Section III); see privacy_defenses.py.
     clip_norm: float = 1.0  # C
-    noise_multiplier: float = 3.0  # nu; budget B = d (C nu)^2
+    noise_multiplier: float = 3.0  # nu; budget B = d (C nu)^2. central_dp, ddp: z, the noise on the sum over C
+    # ddp: TFF's DistributedDpSumFactory mechanism ("distributed_skellam" or "distributed_dgauss") and
+    # the bits of the secure sum (its scale keeps a modular wrap-around at 1e-4 a coordinate).
+    ddp_mechanism: str = "distributed_skellam"
+    ddp_bits: int = 20
     sigma_min: float = 0.0  # Adaptive defense's noise floor (0: none)
     # The defenses' noise is seeded from `seed` (reproducible runs, exact resume): anyone who knows
     # the seed can recompute it for a guessed update. True: unseeded noise, the deployment setting
@@ -130,6 +135,13 @@ class ExperimentConfig:
             (not self.centralised or self.defense == "none", "defense", "'none' with centralised"),
             (math.isfinite(self.clip_norm) and self.clip_norm > 0, "clip_norm", "a positive number"),
             (math.isfinite(self.noise_multiplier) and self.noise_multiplier >= 0, "noise_multiplier", "a non-negative number"),
+            (self.ddp_mechanism in secure_dp.MECHANISMS, "ddp_mechanism", f"one of {secure_dp.MECHANISMS}"),
+            (1 <= self.ddp_bits <= 22, "ddp_bits", "an integer in 1..22"),
+            (
+                self.defense not in DEFENSES or DEFENSES[self.defense].aggregate_dp == "" or self.noise_multiplier > 0,
+                "noise_multiplier",
+                f"a positive z for defense={self.defense!r}",
+            ),
             (math.isfinite(self.sigma_min) and self.sigma_min >= 0, "sigma_min", "a non-negative number"),
             (self.attack_every >= 0, "attack_every", "an integer >= 0"),
             (math.isfinite(self.subspace_share) and 0 <= self.subspace_share <= 1, "subspace_share", "a number in [0, 1]"),

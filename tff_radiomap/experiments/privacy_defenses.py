@@ -12,10 +12,12 @@ import time
 
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from tff_radiomap.aggregators import AdaptiveGroupNoiseFactory, client_perturbation
 from tff_radiomap.data import radiomapseer
 from tff_radiomap.experiments import basis_refresh, privacy_matching, shared_models
+from tff_radiomap.experiments.defense_registry import DEFENSES
 from tff_radiomap.experiments.basis_refresh import due_in_phase
 from tff_radiomap.learning import local_training, radiounet_process
 from tff_radiomap.models import phases
@@ -169,8 +171,14 @@ class DataTooSmallError(ValueError):
 
 def build_hooks(config, maps: radiomapseer.RadioMapSeer, factories: dict) -> PrivacyHooks | None:
     """Attack and allocator hooks of the run (None when it needs neither). `maps`: the run's data
-    set, already read; `factories`: {phase: the defense's factory} (`defense_registry.phase_factories`)."""
+    set, already read; `factories`: {phase: what an observer of the phase's uploads sees}
+    (`defense_registry.upload_views`). A defense whose uploads are not observable (secure
+    aggregation) is not attacked: the run logs so."""
     if config.centralised or (config.attack_every == 0 and config.defense != "adaptive"):
+        return None
+    if not DEFENSES[config.defense].uploads_observable:
+        if config.attack_every:
+            logging.info("defense %s: an observer of individual uploads sees only masked values (secure aggregation); no attack", config.defense)
         return None
     # The observer's labelled pool: every (map, transmitter) sample of the data set (building maps
     # are public; the held-out traces are other samples), plus its own simulations if given.

@@ -13,6 +13,7 @@ import dataclasses
 import os
 import types
 import typing
+from collections.abc import Mapping
 
 from tff_radiomap.experiments import privacy_table
 
@@ -20,10 +21,12 @@ NOISE_FREE = ("none", "clip", "fedsgd")  # Their runs do not depend on nu: one p
 
 
 def cells(methods, noise_multipliers) -> list[tuple[str, float]]:
-    """The (method, nu) rows of the front: nu = 0 alone for a method without noise."""
+    """The (method, nu) rows of the front: nu = 0 alone for a method without noise.
+    `noise_multipliers`: one grid for every method, or {method: its grid}."""
     rows = []
     for method in methods:
-        rows += [(method, 0.0)] if method in NOISE_FREE else [(method, float(nu)) for nu in noise_multipliers]
+        grid_of = noise_multipliers[method] if isinstance(noise_multipliers, Mapping) else noise_multipliers
+        rows += [(method, 0.0)] if method in NOISE_FREE else [(method, float(nu)) for nu in grid_of]
     return rows
 
 

@@ -15,8 +15,10 @@ reference) for `config.rounds` rounds and writes to `output_dir`:
                        scoring the attacks again without training (`attack_rounds`, programs/attack_runs)
     summary.json       best and final validation MSE (and gain RMSE in dB), the final model's test
                        scores (the test maps, scored once, at the end) and `privacy` (max epsilon at
-                       delta 1e-5 over the clients, None where an upload had no guarantee), written
-                       when the run completes
+                       delta 1e-5 over the clients, None where an upload had no guarantee; for
+                       central_dp and ddp also `aggregate`, the guarantee of the released
+                       aggregate: `privacy_accounting.aggregate_summary`), written when the run
+                       completes
     curves.png, predictions.png   pictures of the finished run (`privacy_figures`); a finished
                        run found again without them gets them then
     log.txt            (programs only) the run's INFO logging, `programs/console.py`
@@ -138,11 +140,11 @@ def run(
     maps = read_maps(config)  # Decoded once: the clients' data and the observer's pool.
     data = load_data(config, maps)
     basis_dir = os.path.join(output_dir, "basis")
-    factories = phase_factories(config, basis_dir)
-    hooks = privacy_defenses.build_hooks(config, maps, factories)  # Before the (slow) trainer: it checks the data can serve the attack.
+    views = defense_registry.upload_views(config, basis_dir)  # What an observer of individual uploads sees.
+    hooks = privacy_defenses.build_hooks(config, maps, views)  # Before the (slow) trainer: it checks the data can serve the attack.
     refresher = privacy_defenses.basis_refresher(config, basis_dir, hooks)
     trainer = build_trainer(config, data, data_by_reference=data_by_reference, basis_dir=basis_dir)
-    events = privacy_accounting.phase_events(hooks.factories if hooks is not None else factories)
+    events = privacy_accounting.phase_events(hooks.factories if hooks is not None else views)
     evaluator = reconstruction.Evaluator(config.model_config(), *data.val)
     if not config_saved:  # Only once the data loaded and the trainer built: a failed start leaves no config.
         _write_config(config, output_dir)
@@ -191,6 +193,11 @@ def run(
     summary = run_report.summary(config, program_state, output_dir, wall_seconds=time.monotonic() - started)
     summary["test"] = run_report.test_scores(config, data.test, final_weights)
     summary["privacy"] = privacy_accounting.run_summary(accountant)
+    if not DEFENSES[config.defense].uploads_observable:  # Secure aggregation: nothing to attack.
+        summary["privacy"]["uploads_observable"] = False
+    aggregate = privacy_accounting.aggregate_summary(config)
+    if aggregate is not None:
+        summary["privacy"]["aggregate"] = aggregate
     run_folder.write_json(summary_path, summary)
     return summary
 

@@ -21,7 +21,7 @@ import os
 from absl import logging
 
 from tff_radiomap.experiments import attack_rounds, privacy_defenses, privacy_setup, saved_runs
-from tff_radiomap.experiments.defense_registry import phase_factories
+from tff_radiomap.experiments.defense_registry import upload_views
 from tff_radiomap.runtime import run_folder
 from tff_radiomap.runtime.atomic import atomic_write
 
@@ -45,7 +45,7 @@ def rescore(run_dir: str, matching: dict | None = None) -> dict[int, dict]:
     config = _with_matching(config, run_dir, matching or {})
     maps = privacy_setup.read_maps(config)
     basis_dir = os.path.join(run_dir, "basis")
-    factories = phase_factories(config, basis_dir)
+    factories = upload_views(config, basis_dir)
     hooks = privacy_defenses.build_hooks(config, maps, factories)
     refresher = privacy_defenses.basis_refresher(config, basis_dir, hooks)
     refreshes = attack_rounds.saved_rounds(run_dir, attack_rounds.BASIS_ROUNDS)

@@ -8,13 +8,17 @@ examples it trained on (Eq. (5)). A client whose update is not finite uploads ze
 State: the client optimizer's hyperparameters (as in `tff.learning`'s model-delta client work).
 Measurements: `train_loss` (the examples' loss before their step, averaged over the examples of the
 clients whose update is finite), `num_examples` (all clients' examples) and `nonfinite_updates`
-(clients whose update held a NaN or Inf and was zeroed).
+(clients whose update held a NaN or Inf and was zeroed). With `secure_measurements` they are
+summed with `tff.aggregators.SecureSumFactory` (integers clipped to [0, `COUNT_BOUND`], the loss
+in fixed point), so that a process over a secure model aggregator aggregates nothing
+in the clear (`aggregators.secure_dp`).
 """
 
 from __future__ import annotations
 
 import collections
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -22,6 +26,9 @@ from tff_radiomap.aggregators import keyed as keyed_lib
 from tff_radiomap.models import phases
 from tff_radiomap.learning import federated_data, keras_wrap, local_training
 from tff_radiomap.models import radiounet
+
+COUNT_BOUND = 2**24  # A client's examples, its 0/1 non-finite flag and its summed loss in LOSS_SCALE units.
+LOSS_SCALE = 1e4  # Fixed point of the summed loss: its examples' losses are normalized MSEs (< 1 each).
 
 
 def _weights_type(config: radiounet.RadioUNetConfig, phase: phases.Phase):
@@ -40,6 +47,7 @@ def build_client_work(
     batch_size: int | None = None,
     data_by_reference: bool = False,
     keyed: bool = False,
+    secure_measurements: bool = False,
 ) -> tff.learning.templates.ClientWorkProcess:
     """Client work training `phase` of the network `config` with `optimizer`.
 
@@ -53,6 +61,7 @@ def build_client_work(
     the round's order (`federated_data.reference_spec`), read inside the computation. With `keyed`
     (needs `data_by_reference`) the update is the keyed value <update, client> of
     `aggregators.keyed`, the key from the client's reference, for a keyed aggregation factory.
+    With `secure_measurements` the measurements are summed securely (see the module docstring).
     """
     if batch_size is not None and not (isinstance(batch_size, int) and batch_size >= 1):
         raise ValueError(f"batch_size={batch_size!r}: expected None or an integer >= 1")
@@ -72,6 +81,7 @@ def build_client_work(
     hparams_type = init_fn.type_signature.result.member
     train = _trainer(local_steps, batch_size, config.resolution if data_by_reference else None)
     client_update = _client_update(config, phase, optimizer, train, (hparams_type, weights_type, data_type), keyed)
+    sum_measurements = _measurement_sum(client_update.type_signature.result[1], secure_measurements)
 
     @tff.tensorflow.computation
     def finalize_measurements(sums):
@@ -91,7 +101,7 @@ def build_client_work(
         # Client work: local training from the broadcast weights.
         results, client_measurements = tff.federated_map(client_update, (tff.federated_broadcast(state), weights, client_data))
         # Measurements: example-weighted training loss over the round's clients.
-        measurements = tff.federated_map(finalize_measurements, tff.federated_sum(client_measurements))
+        measurements = tff.federated_map(finalize_measurements, sum_measurements(client_measurements))
         return tff.templates.MeasuredProcessOutput(state, results, measurements)
 
     @tff.tensorflow.computation(hparams_type)
@@ -120,6 +130,35 @@ def _trainer(local_steps: local_training.LocalSteps, batch_size: int | None, ref
         return train_on_tensors(model, optimizer, state, samples["x"], samples["y"], batch_size)
 
     return train
+
+
+def _measurement_sum(measurement_type, secure: bool):
+    """client measurements -> their sum at the server: `tff.federated_sum`, or with `secure` one
+    `SecureSumFactory` over integers (floats sent in fixed point, `LOSS_SCALE` units, and
+    converted back at the server; TFF 0.87's float secure sum does not trace for scalars)."""
+    if not secure:
+        return tff.federated_sum
+    names = [n for n, _ in tff.structure.iter_elements(measurement_type)]
+    floats = {n for n in names if np.issubdtype(measurement_type[n].dtype.type, np.floating)}
+    process = tff.aggregators.SecureSumFactory(COUNT_BOUND).create(tff.StructWithPythonType([(n, np.int32) for n in names], collections.OrderedDict))
+
+    @tff.tensorflow.computation(measurement_type)
+    def to_fixed(m):
+        return collections.OrderedDict(
+            (n, tf.cast(tf.round(tf.clip_by_value(m[n] * LOSS_SCALE, 0.0, COUNT_BOUND)), tf.int32) if n in floats else tf.cast(m[n], tf.int32)) for n in names
+        )
+
+    @tff.tensorflow.computation(process.next.type_signature.result.result.member)
+    def from_fixed(total):
+        return collections.OrderedDict(
+            (n, tf.cast(total[n], tf.float32) / LOSS_SCALE if n in floats else tf.cast(total[n], measurement_type[n].dtype)) for n in names
+        )
+
+    def secure_sum(client_measurements):
+        total = process.next(process.initialize(), tff.federated_map(to_fixed, client_measurements)).result
+        return tff.federated_map(from_fixed, total)
+
+    return secure_sum
 
 
 def _client_update(config, phase, optimizer, train, parameter_types, keyed: bool = False):

@@ -30,7 +30,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_radiomap.aggregators import keyed
+from tff_radiomap.aggregators import keyed, secure_dp
 from tff_radiomap.aggregators.weighting import AggregationFactory, as_weighted  # noqa: F401 (callers take them from here)
 from tff_radiomap.models import phases
 from tff_radiomap.learning.optimizers import build_optimizer  # noqa: F401 (callers build theirs here)
@@ -58,7 +58,11 @@ def build_phase_process(
     of data sets (see `client_work.build_client_work`).
     """
     is_keyed = keyed.is_keyed(model_aggregator)
-    work = client_work.build_client_work(config, phase, client_optimizer, local_steps, batch_size, data_by_reference, keyed=is_keyed)
+    # A factory marked `secure_aggregation` (`aggregators.secure_dp`) gets measurements summed securely too.
+    secure = bool(getattr(model_aggregator, "secure_aggregation", False))
+    work = client_work.build_client_work(
+        config, phase, client_optimizer, local_steps, batch_size, data_by_reference, keyed=is_keyed, secure_measurements=secure
+    )
     weights_type = work.next.type_signature.parameter[1].member
     start = keras_wrap.to_model_weights(initial, phase)
 
@@ -69,6 +73,8 @@ def build_phase_process(
     weighted, _ = as_weighted(model_aggregator)
     update_type = keyed.keyed_type(weights_type.trainable) if is_keyed else weights_type.trainable
     aggregator = weighted.create(update_type, tff.TensorType(np.float32))
+    if secure:  # DDP's computations nest too deep for TFF to compose as they are.
+        aggregator = secure_dp.flattened(aggregator)
     process = tff.learning.templates.compose_learning_process(
         initial_model_weights_fn,
         tff.learning.templates.build_broadcast_process(weights_type),

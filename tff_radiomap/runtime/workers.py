@@ -218,13 +218,22 @@ def _executor_factory(channel: grpc.Channel, default_num_clients: int = 0):
     return tff.framework.ResourceManagingExecutorFactory(executor_stack_fn=stack_fn)
 
 
-def _context_kwargs():
-    # The same compiler and argument transforms as tff.backends.native's local C++ context.
+def _compile(comp):
+    """tff.backends.native's compiler, after the secure sums are replaced by plain ones (as
+    `tff.backends.test`'s contexts do): a simulation runs secure aggregation without cryptography;
+    what an observer may read is enforced by the code that observes."""
     from tensorflow_federated.python.core.backends.native import compiler
+    from tensorflow_federated.python.core.backends.test import compiler as test_compiler
+
+    return compiler.desugar_and_transform_to_native(test_compiler.replace_secure_intrinsics_with_bodies(comp))
+
+
+def _context_kwargs():
+    # The argument transforms of tff.backends.native's local C++ context.
     from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
 
     return dict(
-        compiler_fn=compiler.desugar_and_transform_to_native,
+        compiler_fn=_compile,
         transform_args=tensorflow_computation.transform_args,
         transform_result=tensorflow_computation.transform_result,
     )
