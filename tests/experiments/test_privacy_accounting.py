@@ -179,12 +179,13 @@ def test_central_dp_epsilon_is_dp_accountings_for_the_worst_clients_rounds_and_f
 
 
 def test_ddp_epsilon_is_the_ddp_accountants_for_the_worst_clients_rounds(config):
+    from tff_radiomap.aggregators import secure_dp
     from tff_radiomap.privacy import ddp_accounting
 
     cfg = dataclasses.replace(config, defense="ddp", noise_multiplier=2.0, rounds=8, stage1_rounds=8, num_clients=3, clients_per_round=2)
     out = pa.aggregate_summary(cfg)
     dim = int(sum(np.prod(s) for s in phases.uploaded_shapes(cfg.model_config(), Phase.STAGE1)))
-    calibration = ddp_accounting.tff_ddp_calibration(2.0, 2, cfg.ddp_bits, cfg.clip_norm, dim, mechanism=cfg.ddp_mechanism)
+    calibration = ddp_accounting.tff_ddp_calibration(2.0, 2, cfg.ddp_bits, cfg.clip_norm, dim, mechanism=cfg.ddp_mechanism, modclip_prob=secure_dp.MODCLIP_PROB)
     rounds_by_client = {k: sum(c.values()) for k, c in pa.participation(cfg).items()}
     by_hand = ddp_accounting.per_client_epsilon(calibration.event, rounds_by_client, pa.DELTA)
     assert out["epsilon"] == pytest.approx(max(by_hand.values()), rel=1e-9)

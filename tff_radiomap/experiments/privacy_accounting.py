@@ -35,6 +35,7 @@ from collections.abc import Mapping
 import dp_accounting
 import numpy as np
 
+from tff_radiomap.aggregators import secure_dp
 from tff_radiomap.experiments import defense_registry
 from tff_radiomap.learning import federated_data
 from tff_radiomap.models import phases
@@ -181,9 +182,18 @@ def aggregate_summary(config, rounds: int | None = None) -> dict | None:
     else:
         orders = np.asarray(ddp_accounting.DDP_ORDERS, np.float64)
         calibrations = {phase: ddp_calibration(config, phase) for phase in phases_taken}
+        phase_rounds = collections.Counter(config.phase_for_round(r) for r in range(1, rounds + 1))
         round_rdps = {phase: c.rdp(orders) for phase, c in calibrations.items()}
         out["calibration"] = {
-            int(phase): {"dim": c.padded_dim, "scale": c.scale, "inflated_l2_clip": c.inflated_l2_clip, "local_stddev": c.local_stddev, "bits": config.ddp_bits}
+            int(phase): {
+                "dim": c.padded_dim,
+                "scale": c.scale,
+                "inflated_l2_clip": c.inflated_l2_clip,
+                "local_stddev": c.local_stddev,
+                "bits": config.ddp_bits,
+                "wrap_probability": secure_dp.MODCLIP_PROB,
+                "expected_wraps": secure_dp.MODCLIP_PROB * c.padded_dim * phase_rounds[phase],  # Coordinates of the run's sums.
+            }
             for phase, c in calibrations.items()
         }
     out["epsilon"], out["worst_client_rounds"] = _worst_epsilon(round_rdps, taken, orders)
@@ -204,6 +214,7 @@ def ddp_calibration(config, phase) -> ddp_accounting.TffDdpCalibration:
         config.ddp_bits,
         config.clip_norm,
         dim,
+        modclip_prob=secure_dp.MODCLIP_PROB,
         mechanism=config.ddp_mechanism,
         rotation_type="dft",
     )
