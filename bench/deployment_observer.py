@@ -69,7 +69,8 @@ def main(argv):
     except ValueError as exc:
         raise app.UsageError(str(exc)) from exc
     t0 = time.monotonic()
-    rows = threat_ladder.ladder(FLAGS.run, settings, rounds, FLAGS.shadowed_root, tuple(FLAGS.columns or threat_ladder.COLUMNS))
+    columns = tuple(FLAGS.columns or threat_ladder.COLUMNS)
+    rows = threat_ladder.ladder(FLAGS.run, settings, rounds, FLAGS.shadowed_root, columns, log=lambda line: print(line, flush=True))
     title = os.path.basename(os.path.normpath(FLAGS.run))
     paths = threat_ladder.report(rows, FLAGS.output_dir, title)
     print(threat_ladder.markdown(rows, title))

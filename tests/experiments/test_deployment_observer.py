@@ -108,12 +108,20 @@ def test_the_sum_observer_of_central_dp_sees_clipped_uploads_and_noise_z_c_on_th
     assert scores["observer"].transmitters == 12 and np.isfinite(scores["observer"].ratio)
 
 
-def test_the_recomputed_uploads_are_the_runs_to_float_tolerance(tff_runtime, config, tmp_path):
+@pytest.fixture(scope="module")
+def tiny_run(tff_runtime, config, tmp_path_factory):
+    """A No Defense run of two rounds, both attacked: round 1 trains stage 1, round 2 stage 2."""
+    cfg = dataclasses.replace(config, rounds=2, **ATTACK)
+    out = str(tmp_path_factory.mktemp("ladder") / "none")
+    experiment.run(cfg, out, progress=False)
+    return cfg, out
+
+
+def test_the_recomputed_uploads_are_the_runs_to_float_tolerance(tiny_run):
     # No Defense, server SGD at rate 1: the stage-1 weights broadcast in round 2 (stage 2 freezes
     # them) are round 1's minus the example-weighted mean of round 1's uploads.
-    cfg = dataclasses.replace(config, rounds=2, **ATTACK)
-    experiment.run(cfg, str(tmp_path), progress=False)
-    (first, _), (second, _) = (attack_rounds.load(str(tmp_path), attack_rounds.ATTACK_ROUNDS, r) for r in (1, 2))
+    cfg, run_dir = tiny_run
+    (first, _), (second, _) = (attack_rounds.load(run_dir, attack_rounds.ATTACK_ROUNDS, r) for r in (1, 2))
     maps = privacy_setup.read_maps(cfg)
     observer = deployment_observer.RoundObserver(cfg, maps, first, None, 1, None, deployment_observer.ObserverSettings())
     uploads = observer.uploads(privacy_setup.load_data(cfg, maps))
@@ -124,17 +132,9 @@ def test_the_recomputed_uploads_are_the_runs_to_float_tolerance(tff_runtime, con
     assert np.linalg.norm(applied) > 1e-3
 
 
-@pytest.fixture(scope="module")
-def central_run(tff_runtime, config, tmp_path_factory):
-    cfg = dataclasses.replace(config, defense="central_dp", noise_multiplier=0.05, rounds=2, **ATTACK)
-    out = str(tmp_path_factory.mktemp("ladder") / "central_dp")
-    experiment.run(cfg, out, progress=False)
-    return out
-
-
-def test_the_ladder_script_scores_every_column_of_a_tiny_run(central_run, shadowed_root, tmp_path):
+def test_the_ladder_script_scores_every_column_of_a_tiny_run(tiny_run, shadowed_root, tmp_path):
     out = tmp_path / "ladder"
-    args = [f"--run={central_run}", f"--output_dir={out}", f"--shadowed_root={shadowed_root}", "--stride=4", "--sweeps=1"]
+    args = [f"--run={tiny_run[1]}", f"--output_dir={out}", f"--shadowed_root={shadowed_root}", "--stride=4", "--sweeps=1"]
     run = subprocess.run([sys.executable, "-m", "bench.deployment_observer", *args], capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert run.returncode == 0, run.stderr[-3000:]
     rows = list(csv.DictReader(open(out / "ladder.csv")))
@@ -148,5 +148,5 @@ def test_the_ladder_script_scores_every_column_of_a_tiny_run(central_run, shadow
             assert {a for (r, c, a) in cells if r == round_num and c == column} == set(deployment_observer.ATTACKERS)
     assert np.isfinite(float(cells[(1, "single_twin", "observer")]["run_ratio"]))  # The run's own figure beside it.
     table = open(out / "ladder.md").read()
-    assert "## round 1" in table and "## rounds 2" in table and "(v) round's sum, shadowed reality" in table
+    assert "## round 1" in table and "## round 2" in table and "(v) round's sum, shadowed reality" in table
     assert os.path.getsize(out / "ladder.png") > 0 and "Seconds per cell" in run.stdout

@@ -67,5 +67,5 @@ def test_ddp_keeps_its_attack_rounds_models_for_the_observer_of_the_sum(runs, sh
     (unobservable,) = [r for r in rows if r["column"] == "upload_shadowed"]
     assert unobservable["note"] == "unobservable"
     observed = {r["attacker"]: r for r in rows if r["column"] == "sum_shadowed"}
-    assert set(observed) == {"observer", "constant", "prior"} and observed["observer"]["transmitters"] == 12
+    assert set(observed) == {"observer", "search", "constant", "prior"} and observed["observer"]["transmitters"] == 12
     assert np.isfinite(observed["observer"]["ratio"]) and observed["constant"]["ratio"] == pytest.approx(1.0)

@@ -44,11 +44,12 @@ from tff_radiomap.models import phases
 from tff_radiomap.privacy import matching_attack, set_scoring, upload_baselines, upload_observer
 from tff_radiomap.privacy.matching_uploads import clip_uploads
 
-# The observer and its baselines, in the order of the ladder's tables: the first-order observer,
-# the constant guess, the prior set (`set_scoring.prior_sets`), today's matching attacker on the
-# upload as if one sample's (`upload_baselines.single_sample_matching`) and the candidates of
-# highest cosine (`upload_baselines.correlation_top`).
-ATTACKERS = ("observer", "constant", "prior", "matching", "correlation")
+# The observer and its baselines, in the order of the ladder's tables: the observer (its search, or
+# the prior set where its own twin rounds show the search reads nothing: `ObserverSettings.fallback`),
+# its first-order search alone, the constant guess, the prior set (`set_scoring.prior_sets`), today's
+# matching attacker on the upload as if one sample's (`upload_baselines.single_sample_matching`) and
+# the candidates of highest cosine (`upload_baselines.correlation_top`).
+ATTACKERS = ("observer", "search", "constant", "prior", "matching", "correlation")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +60,10 @@ class ObserverSettings:
     positions a map for the matching baseline, whether the single-sample `baselines` (matching,
     correlation) are computed (they trace S local steps per candidate), and the shortlist of the
     refinement with the true local training (`upload_observer.refine`; 0: none), made where every
-    observed client's samples fit in one batch (its upload is then a function of its set alone)."""
+    observed client's samples fit in one batch (its upload is then a function of its set alone), and
+    the twin rounds of the fallback (0: none): the observer simulates that many rounds of the same
+    clients with twin transmitters at random candidates (random batch order), searches them, and
+    answers the prior set where its search did not beat the prior there."""
 
     stride: int = 2
     coordinates: int = 0
@@ -69,10 +73,11 @@ class ObserverSettings:
     calibration: int = 8
     baselines: bool = True
     refine: int = 8
+    fallback: int = 1
 
     def __post_init__(self):
-        if self.stride < 1 or self.coordinates < 0 or self.clients < 0 or self.sweeps < 0 or self.calibration < 2 or self.refine < 0:
-            raise ValueError(f"{self}: expected stride >= 1, coordinates, clients, sweeps, refine >= 0, calibration >= 2")
+        if min(self.stride - 1, self.coordinates, self.clients, self.sweeps, self.calibration - 2, self.refine, self.fallback) < 0:
+            raise ValueError(f"{self}: expected stride >= 1, coordinates, clients, sweeps, refine, fallback >= 0, calibration >= 2")
 
 
 def client_maps(config, num_maps: int) -> list[np.ndarray]:
@@ -144,8 +149,9 @@ class RoundObserver:
         noised, _ = self.traces.privatize(uploads[:, None], self.view, self.extras, seed=(self.config.seed, stream))
         return noised[:, 0]
 
-    def _stream(self, column: int) -> int:
-        return (seeds_lib.DEPLOYMENT_OBSERVER * 10_000 + self.round) * 8 + column
+    def _stream(self, column: int, index: int = 0) -> int:
+        """The noise stream of the round's `column` (64 + i: the fallback's twin round i), `index` another draw in it."""
+        return ((seeds_lib.DEPLOYMENT_OBSERVER * 10_000 + self.round) * 1000 + index) * 128 + column
 
     def candidates(self, p: int) -> dict:
         """The candidates of the map at position `p` (computed once a round)."""
@@ -169,7 +175,7 @@ class RoundObserver:
             rng = seeds_lib.generator(cfg.seed, seeds_lib.DEPLOYMENT_OBSERVER, m)
             where = twin.off_grid_positions(rng, buildings, cfg.resolution, self.settings.calibration)
             c = self.maps.samples_at(p, where, twin.position_gains(cfg.data_root, m, where))
-            out["calibration"] = self._cut(self._privatize(self.traces.clean(c["x"], c["y"])[:, -1], self._stream(7) + 8 * m))
+            out["calibration"] = self._cut(self._privatize(self.traces.clean(c["x"], c["y"])[:, -1], self._stream(7, 1 + m)))
             out["calibration_coords"] = c["coords_m"].astype(np.float64)
         self._candidates[p] = out
         self.candidate_seconds += time.monotonic() - t0
@@ -221,17 +227,18 @@ class RoundObserver:
 
         return upload_observer.refine(y, located, simulate, self.observer_config, shortlist=self.settings.refine)
 
-    def _scores(self, y: np.ndarray, located: dict, positions, truth: dict) -> dict:
-        """{attacker: SetScore} of the observer's `located` positions and the baselines on `y`."""
+    def _prior(self, positions, counts: dict) -> dict:
+        """{map id: the prior set of `counts[map]` positions} of the maps at `positions`."""
+        cands = [self.candidates(int(p)) for p in positions]
+        return {c["map"]: set_scoring.prior_sets(c["outdoor"], counts.get(c["map"], 0), self.config.seed) for c in cands}
+
+    def _scores(self, y: np.ndarray, answers: dict, positions, truth: dict) -> dict:
+        """{attacker: SetScore} of the observer's `answers` ({name: {map: positions}}) and the baselines on `y`."""
         cands = [self.candidates(int(p)) for p in positions]
         constants = {c["map"]: c["constant"] for c in cands}
-        out = {
-            "observer": set_scoring.score_sets(located, truth, constants),
-            "constant": set_scoring.score_sets({}, truth, constants),
-            "prior": set_scoring.score_sets(
-                {c["map"]: set_scoring.prior_sets(c["outdoor"], len(truth[c["map"]]), self.config.seed) for c in cands}, truth, constants
-            ),
-        }
+        out = {name: set_scoring.score_sets(found, truth, constants) for name, found in answers.items()}
+        out["constant"] = set_scoring.score_sets({}, truth, constants)
+        out["prior"] = set_scoring.score_sets(self._prior(positions, {m: len(v) for m, v in truth.items()}), truth, constants)
         if self.settings.baselines:
             noise, matched = self.noise_model(), {}
             for c in cands:
@@ -244,18 +251,79 @@ class RoundObserver:
             out["correlation"] = set_scoring.score_sets(top, truth, constants)
         return out
 
+    def _observe(self, uploads: np.ndarray, column: int, total: bool) -> np.ndarray:
+        """The observer's view of the clients' `uploads` [K, d]: each privatized [K, d'] (noise stream
+        `column`), or with `total` the round's sum [d'] (module docstring)."""
+        if not total:
+            return self._cut(self._privatize(uploads, self._stream(column)))
+        cfg = self.config
+        rng = seeds_lib.generator(cfg.seed, seeds_lib.DEPLOYMENT_OBSERVER, self.round, column)
+        if DEFENSES[cfg.defense].aggregate_dp:  # Clipped clean uploads, noise z C on their (unweighted) sum.
+            return self._cut(observed_sum(uploads, self._weights(), cfg.clip_norm, cfg.noise_multiplier * cfg.clip_norm, rng))
+        return self._cut(observed_sum(self._privatize(uploads, self._stream(column)), self._weights(), None, 0.0, rng))
+
+    def _weights(self) -> np.ndarray:
+        """The clients' weights in the round's sum: their examples (the weighted mean, scaled to at
+        most 1), or 1 under central and distributed DP (unweighted aggregators)."""
+        if DEFENSES[self.config.defense].aggregate_dp:
+            return np.ones(len(self.clients))
+        examples = np.array([len(self.parts[int(k)]) for k in self.clients], np.float64)
+        return examples / examples.max()
+
+    def _answer(self, y: np.ndarray, ks: list, truths: list, weights, column: int, total: bool) -> dict:
+        """{'search': its positions, 'observer': the search's or the prior set} for the observed `y`
+        of clients `ks` (the fallback's twin rounds decide)."""
+        clients = [self._client(self.parts[k], t, w) for k, t, w in zip(ks, truths, weights)]
+        located = self._locate(y, clients, [self.parts[k] for k in ks])
+        search = {m: v for p in located.positions for m, v in p.items()}
+        counts = {m: len(v) for m, v in search.items()}
+        prior = self._prior(np.concatenate([self.parts[k] for k in ks]), counts)
+        if not self.settings.fallback:
+            return {"observer": search, "search": search}
+        gains = []
+        for draw in range(self.settings.fallback):
+            rng = seeds_lib.generator(self.config.seed, seeds_lib.DEPLOYMENT_OBSERVER, self.round, column, 100 + draw)
+            twin_truths, samples = zip(*(self._twin_client(k, counts, rng) for k in ks))  # The counts it was told or chose.
+            uploads = np.stack([self.trainer.upload(x, y_) for x, y_ in samples])
+            observed = self._observe(uploads, 64 + draw, total)
+            twin_y = observed if total else observed[0]
+            twin_clients = [self._client(self.parts[k], t, w) for k, t, w in zip(ks, twin_truths, weights)]
+            found = self._locate(twin_y, twin_clients, [self.parts[k] for k in ks])
+            truth = {m: v for t in twin_truths for m, v in t.items()}
+            constants = {c["map"]: c["constant"] for k in ks for c in (self.candidates(int(p)) for p in self.parts[k])}
+            searched = set_scoring.score_sets({m: v for p in found.positions for m, v in p.items()}, truth, constants)
+            prior_score = set_scoring.score_sets(
+                self._prior(np.concatenate([self.parts[k] for k in ks]), {m: len(v) for m, v in truth.items()}), truth, constants
+            )
+            gains.append(prior_score.rmse_m**2 - searched.rmse_m**2)
+        return {"observer": search if np.mean(gains) > 0 else prior, "search": search}
+
+    def _twin_client(self, k: int, counts: dict, rng: np.random.Generator):
+        """({map: positions}, (x, y) in a training order) of client k holding twin transmitters at
+        `counts[map]` random candidates of each of its maps, its local epochs in random orders."""
+        truth, xs, ys = {}, [], []
+        for p in self.parts[k]:
+            c = self.candidates(int(p))
+            rows = rng.choice(len(c["coords"]), min(counts.get(c["map"], 0), len(c["coords"])), replace=False)
+            truth[c["map"]] = c["coords"][rows]
+            xs.append(c["x"][rows])
+            ys.append(c["y"][rows])
+        x, y = np.concatenate(xs), np.concatenate(ys)
+        order = np.concatenate([rng.permutation(len(x)) for _ in range(self.config.local_epochs)])
+        return truth, (x[order], y[order])
+
     def single_upload_cell(self, uploads: np.ndarray, column: int) -> tuple[dict, float]:
         """({attacker: SetScore} pooled over the attacked clients, seconds) of the observer of each
         client's upload (`uploads` [K, d] from `uploads`), its view privatized (noise stream `column`)."""
         t0 = time.monotonic()
-        observed = self._cut(self._privatize(uploads, self._stream(column)))
+        observed = self._observe(uploads, column, total=False)
         attacked = range(len(self.clients)) if not self.settings.clients else range(min(self.settings.clients, len(self.clients)))
         per_client = []
         for i in attacked:
             k = int(self.clients[i])
             truth = self.truth(k)
-            located = self._locate(observed[i], [self._client(self.parts[k], truth)], [self.parts[k]])
-            per_client.append(self._scores(observed[i], located.positions[0], self.parts[k], truth))
+            answers = self._answer(observed[i], [k], [truth], [1.0], column, total=False)
+            per_client.append(self._scores(observed[i], answers, self.parts[k], truth))
         pooled = {a: set_scoring.pooled([s[a] for s in per_client]) for a in per_client[0]}
         return pooled, time.monotonic() - t0
 
@@ -263,20 +331,9 @@ class RoundObserver:
         """({attacker: SetScore} over every transmitter of the round, seconds) of the observer of the
         round's sum (`observed_sum` of the clients' views; module docstring)."""
         t0 = time.monotonic()
-        cfg, spec = self.config, DEFENSES[self.config.defense]
-        examples = np.array([len(self.parts[int(k)]) * self.maps.num_transmitters * cfg.local_epochs for k in self.clients], np.float64)
-        rng = seeds_lib.generator(cfg.seed, seeds_lib.DEPLOYMENT_OBSERVER, self.round, column)
-        if spec.aggregate_dp:  # Clipped clean uploads, noise z C on their (unweighted) sum.
-            weights = np.ones(len(self.clients))
-            y = observed_sum(uploads, weights, cfg.clip_norm, cfg.noise_multiplier * cfg.clip_norm, rng)
-        else:
-            weights = examples / examples.max()
-            y = observed_sum(self._privatize(uploads, self._stream(column)), weights, None, 0.0, rng)
-        y = self._cut(y)
-        truths = [self.truth(int(k)) for k in self.clients]
-        clients = [self._client(self.parts[int(k)], t, w) for k, t, w in zip(self.clients, truths, weights)]
-        located = self._locate(y, clients, [self.parts[int(k)] for k in self.clients])
-        positions = np.concatenate([self.parts[int(k)] for k in self.clients])
+        y = self._observe(uploads, column, total=True)
+        ks = [int(k) for k in self.clients]
+        truths = [self.truth(k) for k in ks]
+        answers = self._answer(y, ks, truths, self._weights(), column, total=True)
         truth = {m: v for t in truths for m, v in t.items()}
-        found = {m: v for p in located.positions for m, v in p.items()}
-        return self._scores(y, found, positions, truth), time.monotonic() - t0
+        return self._scores(y, answers, np.concatenate([self.parts[k] for k in ks]), truth), time.monotonic() - t0

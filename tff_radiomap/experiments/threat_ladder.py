@@ -194,7 +194,7 @@ def groups(rows: list[dict]) -> list[tuple[str, list[int]]]:
     rounds = sorted({int(r["round"]) for r in rows})
     out = [("round 1", [1])] if 1 in rounds else []
     late = [r for r in rounds if r > 1]
-    return out + ([(f"rounds {', '.join(map(str, late))}", late)] if late else [])
+    return out + ([(f"round{'s' if len(late) > 1 else ''} {', '.join(map(str, late))}", late)] if late else [])
 
 
 def _cell(rows, label_rounds, column, attacker, pooled) -> str:
@@ -249,7 +249,7 @@ def figure(rows: list[dict], path: str, title: str) -> None:
         ax.set_xticks(np.arange(len(present)), [LABELS[c].split(" ", 1)[0] for c in present])
         ax.set_title(label)
         ax.set_ylabel("RMSE / constant guess")
-    axes[0][0].legend(fontsize=8)
+    axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.suptitle(title + ": " + "; ".join(LABELS[c] for c in present), fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

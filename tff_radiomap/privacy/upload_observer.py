@@ -25,17 +25,19 @@ Y = sum_k w_k P_k / ||P_k|| by cosine, so that clipping (a scale) changes nothin
 
 The search. Each candidate q, a transmitter of the twin at a grid cell of one of the client's maps,
 contributes its gradient g_q (`ClientCandidates.gradients`). Greedy forward selection adds, in
-passes over the clients, the candidate that raises the cosine most, until each map holds its count;
-then coordinate descent replaces each selected candidate by the best one of its map given the others
-(`sweeps` passes, or until nothing changes). The multiplier c is the one of `scales` whose final
-cosine is highest. Not told the counts, the observer adds candidates on any of a client's maps, up to
-`max_per_map` a map, with n_k the number selected so far, and keeps the prefix of the greedy path
-whose cosine was highest (the count rule); then it searches as if told those counts.
+passes over the clients and their maps, each map's candidate that raises the cosine most, until
+each map holds its count; then coordinate descent replaces each selected candidate by the best one
+of its map given the others (`sweeps` passes, or until nothing changes). The multiplier c is the one
+of `scales` whose final cosine is highest. Not told the counts, the observer adds a client's best
+candidate of any of its maps, up to `max_per_map` a map, with n_k the number selected so far, and
+keeps the prefix of the greedy path whose cosine was highest (the count rule); then it searches as
+if told those counts. `refine` replaces the model by the true local training, simulated for each
+tried set (exact where a client's samples fit in one batch; the observer does not know the order
+of the batches otherwise).
 
 The model ignores that the trajectory moves (each step's gradient is taken at theta_r) and the order
 of the batches, which the observer does not know; how far it gets is measured, not assumed
-(docs/deployment_observer.md): exact for one or two samples, near chance for a default client of
-~150 samples.
+(docs/deployment_observer.md).
 """
 
 from __future__ import annotations
