@@ -45,6 +45,7 @@ flags.DEFINE_boolean("told", True, "Whether the observer is told each client's c
 flags.DEFINE_integer("sweeps", 3, "Coordinate-descent sweeps after the greedy selection.")
 flags.DEFINE_integer("calibration", 8, "Off-grid calibration positions a map of the matching baseline.")
 flags.DEFINE_boolean("baselines", True, "Compute the single-sample baselines (matching, correlation): S local steps per candidate.")
+flags.DEFINE_integer("fallback", 1, "Twin rounds that decide between the observer's search and the prior set (0: the search always).")
 flags.DEFINE_integer("refine", 8, "Shortlist of the refinement with the true local training (0: none); made only where each client's samples fit in one batch.")
 
 
@@ -64,6 +65,7 @@ def main(argv):
             calibration=FLAGS.calibration,
             baselines=FLAGS.baselines,
             refine=FLAGS.refine,
+            fallback=FLAGS.fallback,
         )
         rounds = None if not FLAGS.rounds else [int(r) for r in FLAGS.rounds]
     except ValueError as exc:
