@@ -28,6 +28,7 @@ SLOW_FILES = (
     "tests/learning/test_tensor_client_data.py",
     "tests/programs/test_privacy_front_program.py",
     "tests/experiments/test_privacy_radiomap.py",
+    "tests/experiments/test_deployment_observer.py",
     "tests/programs/test_privacy_radiomap.py",
     "tests/privacy/test_allocator.py",
     "tests/learning/test_fused_adam.py",

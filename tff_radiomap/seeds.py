@@ -17,6 +17,7 @@ import numpy as np
 CLIENT_SAMPLING, SHUFFLE, CENTRAL_SHUFFLE = 1, 2, 3
 ALLOCATOR_BUFFER, NOISE_GRAMS, HARM_PROBES = 14, 20, 21
 MATCHING_MAPS = 22  # The matching attacker's observed maps and calibration positions.
+DEPLOYMENT_OBSERVER = 23  # The deployment observer's noise, coordinates and calibration positions.
 
 # Strides of `fold_in`: [a, b * stride + i] keeps i's streams apart for i < stride.
 TENSOR_STRIDE = 1000003  # The 2 x (number of tensors) noise draws of one upload.

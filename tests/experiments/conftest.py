@@ -6,7 +6,7 @@ import functools
 
 import pytest
 
-from tff_radiomap.data import synthetic
+from tff_radiomap.data import reality, synthetic
 from tff_radiomap.experiments import basis_refresh
 from tff_radiomap.experiments import privacy_radiomap as experiment
 from tff_radiomap.privacy import allocator
@@ -16,6 +16,13 @@ from tff_radiomap.privacy import allocator
 def data_root(tmp_path_factory):
     spec = synthetic.DatasetSpec(maps=8, transmitters=3, size=64, seed=5)
     return synthetic.generate_dataset(str(tmp_path_factory.mktemp("rms")), spec, progress=False)
+
+
+@pytest.fixture(scope="module")
+def shadowed_root(tmp_path_factory):
+    """`data_root`'s maps and transmitter positions in a shadowed reality (`data.reality`)."""
+    spec = synthetic.DatasetSpec(maps=8, transmitters=3, size=64, seed=5, reality=reality.ShadowedReality())
+    return synthetic.generate_dataset(str(tmp_path_factory.mktemp("rms_shadowed")), spec, progress=False)
 
 
 @pytest.fixture(scope="module")

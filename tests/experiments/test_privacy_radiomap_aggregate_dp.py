@@ -52,3 +52,20 @@ def test_ddp_is_not_attacked_and_reports_its_calibration(runs):
     assert aggregate["mechanism"] == "distributed" and set(aggregate["calibration"]) == {1, 2}
     assert all(np.isfinite(float(r["val_mse_db"])) for r in rows)
     assert float(rows[0]["train_loss"]) > 0  # The clients' measurements arrive through the secure sum.
+
+
+def test_ddp_keeps_its_attack_rounds_models_for_the_observer_of_the_sum(runs, shadowed_root):
+    from tff_radiomap.experiments import attack_rounds, rescoring, threat_ladder
+    from tff_radiomap.experiments.deployment_observer import ObserverSettings
+
+    cfg, run_dir, _ = runs["ddp"]
+    assert attack_rounds.saved_rounds(run_dir, attack_rounds.ATTACK_ROUNDS) == [1, 2]
+    with pytest.raises(ValueError, match="secure aggregation"):  # No upload to score again.
+        rescoring.rescore(run_dir)
+    settings = ObserverSettings(stride=4, baselines=False, sweeps=1)
+    rows = threat_ladder.ladder(run_dir, settings, [1], shadowed_root, ("upload_shadowed", "sum_shadowed"), log=lambda line: None)
+    (unobservable,) = [r for r in rows if r["column"] == "upload_shadowed"]
+    assert unobservable["note"] == "unobservable"
+    observed = {r["attacker"]: r for r in rows if r["column"] == "sum_shadowed"}
+    assert set(observed) == {"observer", "search", "constant", "prior"} and observed["observer"]["transmitters"] == 12
+    assert np.isfinite(observed["observer"]["ratio"]) and observed["constant"]["ratio"] == pytest.approx(1.0)

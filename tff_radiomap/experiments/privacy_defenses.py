@@ -55,8 +55,7 @@ class PrivacyHooks:
     _collectors: dict = dataclasses.field(default_factory=dict)  # Phase -> attack.TraceCollector (the run's defense inside)
 
     def attack_due(self, round_num: int) -> bool:
-        every = self.config.attack_every
-        return every > 0 and (round_num == 1 or round_num % every == 0 or round_num == self.config.rounds)
+        return attack_due(self.config, round_num)
 
     def _model(self, phase: Phase, weights: phases.NetworkWeights) -> tf.keras.Model:
         """The phase's uploaded model holding `weights`: the process's (`shared_models`), so that the
@@ -156,6 +155,12 @@ class PrivacyHooks:
         for phase in {Phase(int(k.split("/", 1)[0])) for k in arrays}:
             prefix = f"{int(phase)}/"
             self._allocator_trainer(phase, self.factories[phase]).restore({k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)})
+
+
+def attack_due(config, round_num: int) -> bool:
+    """Whether round `round_num` is an attack round: round 1, every `attack_every`-th, and the last."""
+    every = config.attack_every
+    return every > 0 and (round_num == 1 or round_num % every == 0 or round_num == config.rounds)
 
 
 def attacker_pool(data, map_positions) -> dict:

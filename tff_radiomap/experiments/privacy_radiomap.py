@@ -204,13 +204,17 @@ def run(
 
 def _keep_models(config: ExperimentConfig, output_dir: str, trainer, state, round_num: int, hooks, refreshed: dict) -> None:
     """The broadcast model of an attack round (with its defense parameters) and of a basis refresh,
-    for scoring the attacks again later (`attack_rounds`)."""
-    attacked = hooks is not None and config.attack_every and hooks.attack_due(round_num)
+    for scoring the attacks again later (`attack_rounds`). A defense whose uploads are unobservable
+    (secure aggregation) keeps its attack rounds' models too: the observer of the round's sum
+    reads them (`threat_ladder`)."""
+    unobservable = not config.centralised and not DEFENSES[config.defense].uploads_observable
+    attacked = (hooks is not None or unobservable) and privacy_defenses.attack_due(config, round_num)
     if not (attacked or refreshed.get("basis_refreshed")):
         return
     weights, phase = trainer.network_weights(state), config.phase_for_round(round_num)
     if attacked:
-        attack_rounds.save(output_dir, attack_rounds.ATTACK_ROUNDS, round_num, weights, phase, hooks.round_extras(state, round_num))
+        extras = hooks.round_extras(state, round_num) if hooks is not None else None
+        attack_rounds.save(output_dir, attack_rounds.ATTACK_ROUNDS, round_num, weights, phase, extras)
     if refreshed.get("basis_refreshed"):
         attack_rounds.save(output_dir, attack_rounds.BASIS_ROUNDS, round_num, weights, phase)
 

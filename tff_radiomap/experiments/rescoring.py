@@ -21,7 +21,7 @@ import os
 from absl import logging
 
 from tff_radiomap.experiments import attack_rounds, privacy_defenses, privacy_setup, saved_runs
-from tff_radiomap.experiments.defense_registry import upload_views
+from tff_radiomap.experiments.defense_registry import DEFENSES, upload_views
 from tff_radiomap.runtime import run_folder
 from tff_radiomap.runtime.atomic import atomic_write
 
@@ -37,6 +37,10 @@ def rescore(run_dir: str, matching: dict | None = None) -> dict[int, dict]:
     its metrics.csv. `matching`: values of `MATCHING_FIELDS` to score with (missing ones: the
     run's own, where it has them, else today's defaults)."""
     config = saved_runs.run_config(run_dir)
+    if not DEFENSES[config.defense].uploads_observable:  # It keeps its attack rounds' models for the observer of the sum.
+        raise ValueError(
+            f"{run_dir}: defense {config.defense!r} uploads under secure aggregation: no upload to attack; its round's sum: bench/deployment_observer.py"
+        )
     rounds = attack_rounds.saved_rounds(run_dir, attack_rounds.ATTACK_ROUNDS)
     if not rounds:
         raise NotRescorableError(

@@ -21,6 +21,7 @@ from tff_radiomap.learning import local_training, radiounet_process
 from tff_radiomap.models import phases
 from tff_radiomap.models.phases import Phase
 from tff_radiomap.models.radiounet import RadioUNetConfig
+from tff_radiomap.privacy import candidate_gradients as candidate_gradients_lib
 from tff_radiomap.privacy import leakage_basis, matching_uploads
 
 _SHARED: dict = {}  # (kind, key...) -> the object built once.
@@ -55,5 +56,22 @@ def upload_collector(model_config: RadioUNetConfig, phase: Phase, optimizer: str
         ("collector", model_config, Phase(phase), optimizer, float(learning_rate)),
         lambda: leakage_basis.UploadCollector(
             phase_model(model_config, phase), radiounet_process.build_optimizer(optimizer, learning_rate), local_training.local_updates
+        ),
+    )
+
+
+def candidate_gradients(model_config: RadioUNetConfig, phase: Phase) -> candidate_gradients_lib.CandidateGradients:
+    """The deployment observer's per-sample gradients on `phase_model`."""
+    return _once(("gradients", model_config, Phase(phase)), lambda: candidate_gradients_lib.CandidateGradients(phase_model(model_config, phase)))
+
+
+def client_trainer(model_config: RadioUNetConfig, phase: Phase, optimizer: str, learning_rate: float, batch_size: int, one_step: bool = False):
+    """A client's whole local training on `phase_model` (`local_training.ClientTrainer`): epochs of
+    `batch_size` batches, or FedSGD's one step (`one_step`)."""
+    steps = local_training.LocalSteps.ONE_STEP if one_step else local_training.LocalSteps.EPOCHS
+    return _once(
+        ("trainer", model_config, Phase(phase), optimizer, float(learning_rate), int(batch_size), steps),
+        lambda: local_training.ClientTrainer(
+            phase_model(model_config, phase), radiounet_process.build_optimizer(optimizer, learning_rate), int(batch_size), steps
         ),
     )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 
+import numpy as np
 import tensorflow as tf
 
 from tff_radiomap.models import phases, radiounet
@@ -197,3 +198,37 @@ class ClientSimulator:
             self._traced[steps] = tf.function(lambda x, y: local_updates(self._model, self._optimizer, x, y, steps))
         result = self._traced[steps](tf.convert_to_tensor(x, tf.float32), tf.convert_to_tensor(y, tf.float32))
         return [[t.numpy() for t in upload] for upload in result]
+
+
+class ClientTrainer:
+    """A client's whole local training from given global weights, outside TFF (the deployment
+    observer, `experiments.deployment_observer`): what a client of `in_process_clients` computes.
+
+        trainer = ClientTrainer(model, client_optimizer, batch_size=16)
+        upload = trainer.upload(x, y)  # theta_r - theta_loc, flat [d]
+
+    `model` holds the broadcast weights; (x [N,r,r,2], y [N,r,r,1]) are the client's samples in
+    training order, its local epochs concatenated (`FederatedRadioMaps.client_samples`). A fresh
+    optimizer state, one step per batch of `batch_size` rows (`LocalSteps.EPOCHS`) or one step on
+    the mean gradient (`LocalSteps.ONE_STEP`); the model's weights are restored afterwards. The
+    upload is flat in the order of the model's trainable variables. Traced once.
+    """
+
+    def __init__(self, model: tf.keras.Model, optimizer, batch_size: int, local_steps: LocalSteps = LocalSteps.EPOCHS):
+        if not (isinstance(batch_size, int) and batch_size >= 1):
+            raise ValueError(f"batch_size={batch_size!r}: expected an integer >= 1")
+        self.model, self.optimizer, self.batch_size, self.train = model, optimizer, batch_size, TENSOR_TRAINERS[local_steps]
+        signature = [tf.TensorSpec([None, *model.input_shape[1:]], tf.float32), tf.TensorSpec([None, *model.output_shape[1:]], tf.float32)]
+        self._upload = tf.function(self._upload_impl, input_signature=signature)
+
+    def _upload_impl(self, x, y):
+        variables = self.model.trainable_variables
+        start = [tf.identity(v) for v in variables]
+        state = initial_optimizer_state(self.optimizer, self.model)
+        self.train(self.model, self.optimizer, state, x, y, self.batch_size)
+        update = tf.concat([tf.reshape(s - v, [-1]) for s, v in zip(start, variables)], 0)
+        _assign(variables, start)
+        return update
+
+    def upload(self, x, y) -> np.ndarray:
+        return self._upload(tf.constant(x, tf.float32), tf.constant(y, tf.float32)).numpy()
