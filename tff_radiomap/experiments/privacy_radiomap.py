@@ -144,7 +144,7 @@ def run(
     hooks = privacy_defenses.build_hooks(config, maps, views)  # Before the (slow) trainer: it checks the data can serve the attack.
     refresher = privacy_defenses.basis_refresher(config, basis_dir, hooks)
     trainer = build_trainer(config, data, data_by_reference=data_by_reference, basis_dir=basis_dir)
-    events = privacy_accounting.phase_events(hooks.factories if hooks is not None else views)
+    events = privacy_accounting.phase_events(views)  # The hooks hold these very views.
     evaluator = reconstruction.Evaluator(config.model_config(), *data.val)
     if not config_saved:  # Only once the data loaded and the trainer built: a failed start leaves no config.
         _write_config(config, output_dir)
