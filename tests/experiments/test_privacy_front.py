@@ -230,6 +230,41 @@ def test_one_seed_has_no_std_and_max_epsilon_is_the_worst_seed_or_no_guarantee(r
     assert os.path.getsize(out["figure"]) > 10_000
 
 
+def _with_privacy(root, name, **privacy):
+    path = os.path.join(root, name, "summary.json")
+    summary = json.load(open(path))
+    summary["privacy"] = {"delta": 1e-5, "max_epsilon": None, **privacy}
+    json.dump(summary, open(path, "w"))
+
+
+def test_the_defenses_on_the_aggregate_get_a_table_and_figure_of_utility_against_epsilon(tmp_path):
+    """Central DP (attacked as Clip Only), a destroyed central DP run (not attacked after round 1) and
+    DDP (uploads unobservable): front.md's table of cost and epsilon, dp.png, and front.png's title
+    naming the rows it cannot show."""
+    root = str(tmp_path)
+    _fake_run(root, "none_s0", -22.0, [(1, 10, 100), (3, 10, 100)])
+    _fake_run(root, "central_dp_nu0.1_s0", -19.5, [(1, 20, 100), (3, 30, 100)])
+    _fake_run(root, "central_dp_nu1_s0", 129.0, [(1, 2, 100), (3, NAN, NAN)])
+    _fake_run(root, "ddp_nu0.1_s0", -19.0, [(1, NAN, NAN), (3, NAN, NAN)])
+    _with_privacy(root, "central_dp_nu0.1_s0", aggregate={"epsilon": 4500.0, "epsilon_poisson": 2100.0})
+    _with_privacy(root, "central_dp_nu1_s0", aggregate={"epsilon": 44.3, "epsilon_poisson": 26.5})
+    _with_privacy(root, "ddp_nu0.1_s0", aggregate={"epsilon": 4700.0}, uploads_observable=False)
+    grids = {"none": [0.0], "central_dp": [0.1, 1.0], "ddp": [0.1]}
+    out = front_report.write_results(root, ["none", "central_dp", "ddp"], grids, [0])
+    assert [(r["method"], r["noise_multiplier"]) for r in front_report.dp_rows(out["rows"])] == [("central_dp", 0.1), ("central_dp", 1.0), ("ddp", 0.1)]
+    table = open(out["table_md"]).read()
+    assert "| Central DP | 0.1 | 1 | -19.50 +- n/a | +2.50 | -18.50 +- n/a | 4.5e+03 | 2.1e+03 | 0.30 +- n/a |" in table
+    assert "| Central DP | 1 | 1 | 129.00 +- n/a | +151.00 | 130.00 +- n/a | 44.3 | 26.5 | not attacked after round 1 |" in table
+    assert "| Distributed DP | 0.1 | 1 | -19.00 +- n/a | +3.00 | -18.00 +- n/a | 4.7e+03 |  | unobservable |" in table
+    assert front_figures.off_panel(out["rows"], "late_attack_ratio") == [
+        "Central DP z=1: not attacked after round 1",
+        "Distributed DP z=0.1: uploads unobservable",
+    ]
+    with open(out["dp_figure"], "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n" and os.path.getsize(out["dp_figure"]) > 10_000
+    assert "dp_figure" not in front_report.write_results(root, ["none"], grids, [0])  # No defense on the aggregate: no figure.
+
+
 def _fake_adaptive_run(root, name, rounds):
     """A finished run recording its allocation: `rounds` is [(phase, val_mse_db, {group: weight})]."""
     d = os.path.join(root, name)

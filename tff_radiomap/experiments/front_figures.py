@@ -5,6 +5,8 @@
                     method across nu, error bars (std over seeds) in both axes, the constant guess
                     dashed; below, the close-up near No Defense (`zoom_window`)
     allocation.png  where runs learn their allocation (Adaptive), one panel per run
+    dp.png          the defenses on the aggregate (central DP, DDP): best validation MSE against the
+                    worst client's epsilon, No Defense's level dashed (`front_report.dp_rows`)
 """
 
 from __future__ import annotations
@@ -33,10 +35,27 @@ def zoom_window(rows, key: str, width_db: float = ZOOM_DB) -> tuple[tuple[float,
     return (left - 0.05 * width_db, right), (0.0, min(1.05, 1.1 * top) if top > 0 else 1.05)
 
 
+def off_panel(rows, key: str) -> list[str]:
+    """The rows with no point on a front panel of attacker ratio `key`: unobservable uploads (DDP),
+    or no attack after round 1 (a model that stopped being finite); each as `method nu: why`."""
+    left = []
+    for r in rows:
+        name = f"{LABELS.get(r['method'], r['method'])} {'nu' if r.get('aggregate_epsilon') is None else 'z'}={r['noise_multiplier']:g}"
+        if not r.get("uploads_observable", True):
+            left.append(f"{name}: uploads unobservable")
+        elif not (np.isfinite(r["best_val_mse_db_mean"]) and np.isfinite(r[f"{key}_mean"])):
+            left.append(f"{name}: not attacked after round 1")
+    return left
+
+
 def _draw_front(ax, rows, key: str) -> None:
-    """One panel: a line per method across nu, attacker ratio `key` against best validation MSE."""
+    """One panel: a line per method across nu, attacker ratio `key` against best validation MSE;
+    a method with no point on it (`off_panel`) has no line and no legend entry."""
     for method in dict.fromkeys(r["method"] for r in rows):
-        points = sorted((r for r in rows if r["method"] == method), key=lambda r: r["noise_multiplier"])
+        points = [r for r in rows if r["method"] == method and r.get("uploads_observable", True)]
+        points = sorted((r for r in points if np.isfinite(r["best_val_mse_db_mean"]) and np.isfinite(r[f"{key}_mean"])), key=lambda r: r["noise_multiplier"])
+        if not points:
+            continue
         x, y = [p["best_val_mse_db_mean"] for p in points], [p[f"{key}_mean"] for p in points]
         bar = lambda k: [np.nan_to_num(p[k]) for p in points]  # noqa: E731  (one seed: no bar)
         bars = dict(xerr=bar("best_val_mse_db_std"), yerr=bar(f"{key}_std"), capsize=3)
@@ -77,7 +96,8 @@ def front_figure(path: str, rows) -> None:
     for ax in axes[:, 0]:
         ax.set_ylabel("attacker RMSE / constant guess")
     axes[0, 0].legend(fontsize=8)
-    fig.suptitle("Privacy-utility front")
+    left = off_panel(rows, "late_attack_ratio")
+    fig.suptitle("Privacy-utility front" + (f"\nnot on it: {'; '.join(left)}" if left else ""), fontsize=11 if left else 12)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -108,4 +128,45 @@ def allocation_figure(path: str, rows: list[dict]) -> None:
         ax.set_visible(False)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def dp_figure(path: str, rows: list[dict], reference_db: float | None, span_db: float = 8.0) -> None:
+    """dp.png: best validation MSE against the worst client's epsilon of the aggregate, a line per
+    defense on the aggregate (`front_report.dp_rows`), dotted with Poisson amplification where a
+    defense has it; No Defense's best (`reference_db`) dashed. The y axis spans `span_db` above it; a
+    model worse than that is drawn on the top edge (a triangle) with its figure written beside it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 5))
+    finite = [r["best_val_mse_db_mean"] for r in rows if np.isfinite(r["best_val_mse_db_mean"])]
+    top = (reference_db if reference_db is not None else min(finite, default=0.0)) + span_db
+    for method in dict.fromkeys(r["method"] for r in rows):
+        points = sorted((r for r in rows if r["method"] == method), key=lambda r: r["noise_multiplier"])
+        y = [min(r["best_val_mse_db_mean"], top) if np.isfinite(r["best_val_mse_db_mean"]) else top for r in points]
+        for key, style in (("aggregate_epsilon", "-o"), ("aggregate_epsilon_poisson", ":s")):
+            x = [np.nan if r[key] is None else r[key] for r in points]
+            if np.all(np.isnan(x)):
+                continue
+            label = LABELS.get(method, method) + (", Poisson amplification" if key.endswith("poisson") else "")
+            (line,) = ax.plot(x, y, style, label=label)
+            off = [(px, py) for px, py, r in zip(x, y, points) if not r["best_val_mse_db_mean"] <= top]
+            if off:
+                ax.plot(*zip(*off), "^", color=line.get_color(), markersize=10)
+        for r, py in zip(points, y):
+            off = "" if r["best_val_mse_db_mean"] <= top else f" ({r['best_val_mse_db_mean']:+.0f} dB)"
+            if r["aggregate_epsilon"] is not None:
+                ax.annotate(rf"z={r['noise_multiplier']:g}{off}", (r["aggregate_epsilon"], py), textcoords="offset points", xytext=(4, -10), fontsize=7)
+    if reference_db is not None:
+        ax.axhline(reference_db, color="k", linestyle="--", label=f"{LABELS['none']} ({reference_db:.2f} dB)")
+    ax.set(xscale="log", xlabel=r"worst client's $\epsilon$ (user level, observer of the aggregate)", ylabel="best validation MSE (dB)")
+    ax.set_ylim(top=top + 0.5)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, loc="lower left")
+    ax.set_title(f"Utility against epsilon: the defenses on the aggregate (above {top:.1f} dB: on the top edge)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
     plt.close(fig)
