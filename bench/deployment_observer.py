@@ -12,6 +12,10 @@ OUTPUT_DIR/ladder.csv, ladder.md, ladder.png.
     python -m bench.deployment_observer --run=RUN --output_dir=OUT --rounds=1,10 --stride=4 --coordinates=32768 --clients=2
     python -m bench.deployment_observer --run=RUN --output_dir=OUT --notold   # the observer is not told the counts
 
+The files are rewritten after every round; the same command resumes a stopped ladder from its last
+finished round (OUTPUT_DIR/ladder_settings.json records the run, the observer's settings and the
+columns; a command with others is refused and the folder left as it is). More --rounds add to it.
+
 A run on the default set reads its shadowed reality from the built-in `default_shadowed` set
 (generated once, ~1.5 min); a run on other data needs --shadowed_root (the same maps and
 transmitter positions in another reality: `synthetic.DatasetSpec(..., reality=ShadowedReality())`).
@@ -20,6 +24,8 @@ Cost: docs/deployment_observer.md.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import time
 
@@ -72,11 +78,47 @@ def main(argv):
         raise app.UsageError(str(exc)) from exc
     t0 = time.monotonic()
     columns = tuple(FLAGS.columns or threat_ladder.COLUMNS)
-    rows = threat_ladder.ladder(FLAGS.run, settings, rounds, FLAGS.shadowed_root, columns, log=lambda line: print(line, flush=True))
+    done = _resumed(FLAGS.output_dir, _settings_record(settings, columns))
     title = os.path.basename(os.path.normpath(FLAGS.run))
-    paths = threat_ladder.report(rows, FLAGS.output_dir, title)
+    paths = {}
+
+    def save(rows):
+        paths.update(threat_ladder.report(rows, FLAGS.output_dir, title))
+
+    if done:
+        print(f"resuming {FLAGS.output_dir}: rounds {sorted({r['round'] for r in done})} already scored", flush=True)
+    rows = threat_ladder.ladder(FLAGS.run, settings, rounds, FLAGS.shadowed_root, columns, log=lambda line: print(line, flush=True), done=done, on_round=save)
+    save(rows)
     print(threat_ladder.markdown(rows, title))
     print(f"{time.monotonic() - t0:.0f} s; wrote {', '.join(paths.values())}")
+
+
+def _settings_record(settings: ObserverSettings, columns) -> dict:
+    return {
+        "run": os.path.abspath(FLAGS.run),
+        "settings": dataclasses.asdict(settings),
+        "columns": list(columns),
+        "shadowed_root": FLAGS.shadowed_root and os.path.abspath(FLAGS.shadowed_root),
+    }
+
+
+def _resumed(output_dir: str, record: dict) -> list[dict]:
+    """The rows a stopped ladder in `output_dir` saved, if it was made with `record`'s run, settings
+    and columns (UsageError naming what differs otherwise); [] for a new folder, which gets `record`."""
+    path = os.path.join(output_dir, "ladder_settings.json")
+    if not os.path.exists(path):
+        os.makedirs(output_dir, exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(record, f, indent=1)
+        return []
+    with open(path) as f:
+        saved = json.load(f)
+    differ = [k for k in record if saved.get(k) != record[k]]
+    if differ:
+        detail = "; ".join(f"{k}: saved {saved.get(k)!r}, asked {record[k]!r}" for k in differ)
+        raise app.UsageError(f"{output_dir} holds a ladder made otherwise ({detail}): use another --output_dir (nothing was changed)")
+    csv_path = os.path.join(output_dir, "ladder.csv")
+    return threat_ladder.read_rows(csv_path) if os.path.exists(csv_path) else []
 
 
 if __name__ == "__main__":

@@ -121,11 +121,20 @@ def _rows(round_num: int, column: str, scores: dict | None, seconds: float, run_
 
 
 def ladder(
-    run_dir: str, settings: ObserverSettings = ObserverSettings(), rounds=None, reality_root: str | None = None, columns=COLUMNS, log=print
+    run_dir: str,
+    settings: ObserverSettings = ObserverSettings(),
+    rounds=None,
+    reality_root: str | None = None,
+    columns=COLUMNS,
+    log=print,
+    done: list[dict] = (),
+    on_round=None,
 ) -> list[dict]:
     """The ladder's rows (`FIELDS`) of the run in `run_dir`: every column of `columns` at every
     saved attack round in `rounds` (None: all), the shadowed reality at `reality_root` (None:
-    `shadowed_root`). `log` gets a line per cell with its seconds."""
+    `shadowed_root`). `log` gets a line per cell with its seconds. Rows in `done` (a resumed
+    ladder's, `read_rows`) are kept and their rounds not scored again; `on_round(rows)` is called
+    with every row so far after each round scored (to save them)."""
     config = saved_runs.run_config(run_dir)
     unknown = sorted(set(columns) - set(COLUMNS))
     if unknown:
@@ -145,9 +154,9 @@ def ladder(
     }
     observable = DEFENSES[config.defense].uploads_observable
     views = upload_views(config, os.path.join(run_dir, "basis"))
-    rows = []
+    rows = [r for r in done if r["round"] in rounds]
     try:
-        for r in rounds:
+        for r in [r for r in rounds if r not in {row["round"] for row in rows}]:
             weights, extras = attack_rounds.load(run_dir, attack_rounds.ATTACK_ROUNDS, r)
             view = views.get(config.phase_for_round(r))
             observer = RoundObserver(config, maps, weights, extras, r, view, settings)
@@ -170,9 +179,25 @@ def ladder(
                 rows += _rows(r, column, scores, seconds, run_ratio)
                 log(f"round {r} {column}: observer {scores['observer'].ratio:.3f} / {scores['observer'].within_share:.2f} within 10 m, {seconds:.1f} s")
             log(f"round {r}: candidates (twin, gradients, baseline traces) {observer.candidate_seconds:.1f} s of the cells' time")
+            if on_round is not None:
+                on_round(rows)
     finally:
         for d in data.values():
             d.remove_client_files()
+    return rows
+
+
+def read_rows(path: str) -> list[dict]:
+    """The rows of a ladder.csv (`report`), typed as `ladder` makes them."""
+    numbers = {"ratio", "within_10m", "rmse_m", "constant_rmse_m", "seconds", "run_ratio"}
+    rows = []
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            typed = {k: (float(v) if k in numbers else v) for k, v in row.items() if v != "" or k in ("note",)}
+            typed["round"] = int(row["round"])
+            if row.get("transmitters"):
+                typed["transmitters"] = int(row["transmitters"])
+            rows.append(typed)
     return rows
 
 
