@@ -33,7 +33,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 # TensorFlow (through the library) before absl: Keras imported after absl has parsed the flags builds
 # graph tensors where its functional models expect Keras tensors.
-from tff_radiomap.experiments import threat_ladder  # noqa: E402
+from tff_radiomap.experiments import saved_runs, threat_ladder  # noqa: E402
 from tff_radiomap.experiments.deployment_observer import ObserverSettings  # noqa: E402
 
 from absl import app, flags  # noqa: E402
@@ -94,8 +94,14 @@ def main(argv):
 
 
 def _settings_record(settings: ObserverSettings, columns) -> dict:
+    """What ladder_settings.json holds: the run (and the defense, noise multiplier and seed that
+    `bench.threat_ladder` tabulates it by), the observer's settings, the columns, the reality."""
+    config = saved_runs.run_config(FLAGS.run)
     return {
         "run": os.path.abspath(FLAGS.run),
+        "defense": config.defense,
+        "noise_multiplier": config.noise_multiplier,
+        "seed": config.seed,
         "settings": dataclasses.asdict(settings),
         "columns": list(columns),
         "shadowed_root": FLAGS.shadowed_root and os.path.abspath(FLAGS.shadowed_root),

@@ -1,0 +1,211 @@
+"""The threat ladder over runs: a row per defense, the five observers of `threat_ladder` as columns,
+round 1 and the later attack rounds, each cell the observer's RMSE over the constant guess (mean and
+sample std over seeds) beside the prior set's, the level of an observer that read nothing.
+
+`collect(root)` reads every ladder folder under `root` that `bench/deployment_observer.py` wrote
+(ladder.csv and ladder_settings.json, which names the run's defense, noise multiplier and seed);
+`write(root, output_dir)` writes ladder.csv, ladder.md and ladder.png there. A seed's later rounds are
+pooled over their transmitters before the mean over seeds (`set_scoring.pooled`).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import textwrap
+
+import numpy as np
+
+from tff_radiomap.experiments import threat_ladder
+from tff_radiomap.experiments.defense_registry import labels
+from tff_radiomap.metrics import over_seeds
+from tff_radiomap.privacy import set_scoring
+
+GROUPS = ("round 1", "late")
+FIELDS = ("defense", "noise_multiplier", "group", "column", "attacker", "seeds", "ratio_mean", "ratio_std", "within_10m_mean", "transmitters", "note")
+
+
+def collect(root: str) -> list[dict]:
+    """[{defense, noise_multiplier, seed, folder, rows}] for every ladder folder directly under `root`
+    (or `root` itself), in folder order. FileNotFoundError if there is none."""
+    folders = [root] + [os.path.join(root, d) for d in sorted(os.listdir(root))] if os.path.isdir(root) else []
+    found = []
+    for folder in folders:
+        settings, table = os.path.join(folder, "ladder_settings.json"), os.path.join(folder, "ladder.csv")
+        if not (os.path.isfile(settings) and os.path.isfile(table)):
+            continue
+        with open(settings) as f:
+            record = json.load(f)
+        missing = [k for k in ("defense", "noise_multiplier", "seed") if k not in record]
+        if missing:
+            raise ValueError(f"{settings} lacks {missing}: rerun bench.deployment_observer into a new folder")
+        found.append(
+            dict(
+                defense=record["defense"],
+                noise_multiplier=float(record["noise_multiplier"]),
+                seed=int(record["seed"]),
+                folder=folder,
+                rows=threat_ladder.read_rows(table),
+            )
+        )
+    if not found:
+        raise FileNotFoundError(f"{root} holds no ladder (ladder.csv and ladder_settings.json, from bench.deployment_observer)")
+    return found
+
+
+def _group_rounds(rows: list[dict], group: str) -> list[int]:
+    rounds = sorted({r["round"] for r in rows})
+    return [r for r in rounds if (r == 1) == (group == "round 1")]
+
+
+def table(ladders: list[dict]) -> list[dict]:
+    """Rows of `FIELDS`: per (defense, noise multiplier), round group, column and attacker, the ratio's
+    mean and sample std over the seeds that have the cell; note 'unobservable' where the defense
+    leaves the column's observer nothing."""
+    out = []
+    order = list(labels())
+    keys = sorted({(ld["defense"], ld["noise_multiplier"]) for ld in ladders}, key=lambda k: (order.index(k[0]) if k[0] in order else len(order), k))
+    for key in keys:
+        runs = [ld for ld in ladders if (ld["defense"], ld["noise_multiplier"]) == key]
+        for group in GROUPS:
+            for column in threat_ladder.COLUMNS:
+                unobservable = any(r["column"] == column and r.get("note") == "unobservable" for ld in runs for r in ld["rows"])
+                if unobservable:
+                    out.append(dict(zip(FIELDS, (*key, group, column, "observer", len(runs), np.nan, np.nan, np.nan, 0, "unobservable"))))
+                    continue
+                for attacker in ("observer", "prior"):
+                    per_seed = []
+                    for ld in runs:
+                        rounds = _group_rounds(ld["rows"], group)
+                        found = [r for r in ld["rows"] if r["round"] in rounds and r["column"] == column and r["attacker"] == attacker and "ratio" in r]
+                        if found:
+                            per_seed.append(
+                                set_scoring.pooled(
+                                    set_scoring.SetScore(r["rmse_m"], r["constant_rmse_m"], r["within_10m"], int(r["transmitters"])) for r in found
+                                )
+                            )
+                    if not per_seed:
+                        continue
+                    ratios = [s.ratio for s in per_seed]
+                    std = float(np.std(ratios, ddof=1)) if len(ratios) > 1 else np.nan
+                    within = float(np.mean([s.within_share for s in per_seed]))
+                    out.append(
+                        dict(
+                            zip(
+                                FIELDS,
+                                (*key, group, column, attacker, len(per_seed), float(np.mean(ratios)), std, within, sum(s.transmitters for s in per_seed), ""),
+                            )
+                        )
+                    )
+    return out
+
+
+def _label(defense: str, nu: float) -> str:
+    name = labels().get(defense, defense)
+    if defense in ("none", "clip", "fedsgd"):
+        return name
+    return f"{name}, {'z' if defense in ('central_dp', 'ddp') else 'nu'} = {nu:g}"
+
+
+def _find(rows: list[dict], key, group: str, column: str, attacker: str) -> dict | None:
+    return next((r for r in rows if (r["defense"], r["noise_multiplier"], r["group"], r["column"], r["attacker"]) == (*key, group, column, attacker)), None)
+
+
+def _cell(rows: list[dict], key, group: str, column: str) -> str:
+    observer, prior = (_find(rows, key, group, column, attacker) for attacker in ("observer", "prior"))
+    if observer is None:
+        return "-"
+    if observer["note"] == "unobservable":
+        return "unobservable"
+    ratio = over_seeds.plus_minus(f"{observer['ratio_mean']:.2f}", observer["ratio_std"])
+    text = f"{ratio} / {observer['within_10m_mean']:.0%}"
+    if column.startswith(("upload", "sum")) and prior is not None:
+        text += f" (prior {prior['ratio_mean']:.2f})"
+    return text
+
+
+def markdown(rows: list[dict]) -> str:
+    """ladder.md: per round group, a row per defense and a column per observer."""
+    keys = list(dict.fromkeys((r["defense"], r["noise_multiplier"]) for r in rows))
+    lines = [
+        "# The threat ladder",
+        "",
+        "Each cell: the observer's RMSE over the constant guess (mean +- sample std over seeds) / its share of "
+        "transmitters within 10 m; in the columns of sets (iii-v), the prior set's ratio beside it: k guesses spread "
+        "over the outdoor area, what one-to-one scoring gives an observer that read nothing. Only a ratio below the "
+        "prior's is information from the uploads.",
+        "",
+    ]
+    for group in GROUPS:
+        present = [k for k in keys if any(r["group"] == group and (r["defense"], r["noise_multiplier"]) == k for r in rows if r["attacker"] == "observer")]
+        if not present:
+            continue
+        lines += [f"## {'round 1' if group == 'round 1' else 'the later attack rounds'}", ""]
+        lines += ["| defense | " + " | ".join(threat_ladder.LABELS[c] for c in threat_ladder.COLUMNS) + " |", "|---" * 6 + "|"]
+        for key in present:
+            seeds = max(r["seeds"] for r in rows if (r["defense"], r["noise_multiplier"], r["group"]) == (*key, group))
+            lines.append(
+                f"| {_label(*key)} ({seeds} seed{'s' if seeds > 1 else ''}) | " + " | ".join(_cell(rows, key, group, c) for c in threat_ladder.COLUMNS) + " |"
+            )
+        lines.append("")
+    lines.append(over_seeds.std_note())
+    return "\n".join(lines) + "\n"
+
+
+def figure(rows: list[dict], path: str) -> None:
+    """ladder.png: per round group, the observer's ratio in each column, a bar per defense (error bar:
+    std over seeds), the prior set's ratio as a black tick on each bar of the columns of sets."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = list(dict.fromkeys((r["defense"], r["noise_multiplier"]) for r in rows))
+    groups = [g for g in GROUPS if any(r["group"] == g and r["attacker"] == "observer" for r in rows)]
+    fig, axes = plt.subplots(1, len(groups), figsize=(7 * len(groups), 4.6), squeeze=False)
+    width = 0.8 / max(1, len(keys))
+    columns = threat_ladder.COLUMNS
+    for ax, group in zip(axes[0], groups):
+        for j, key in enumerate(keys):
+            x = np.arange(len(columns)) + (j - (len(keys) - 1) / 2) * width
+            observed = [_find(rows, key, group, c, "observer") for c in columns]
+            ax.bar(
+                x,
+                [np.nan if r is None else r["ratio_mean"] for r in observed],
+                width,
+                yerr=[0 if r is None else np.nan_to_num(r["ratio_std"]) for r in observed],
+                capsize=2,
+                label=_label(*key),
+            )
+            for xi, c, r in zip(x, columns, observed):
+                prior = _find(rows, key, group, c, "prior")
+                if prior is not None and c.startswith(("upload", "sum")):
+                    ax.plot([xi - width / 2, xi + width / 2], [prior["ratio_mean"]] * 2, color="k", lw=2)
+                if r is not None and r["note"] == "unobservable":
+                    ax.text(xi, 0.02, "unobservable", rotation=90, ha="center", va="bottom", fontsize=6)
+        ax.axhline(1.0, color="k", lw=0.8, ls="--")
+        ax.set_xticks(np.arange(len(columns)), [textwrap.fill(threat_ladder.LABELS[c], 18) for c in columns], fontsize=7)
+        ax.set_title("round 1" if group == "round 1" else "later attack rounds")
+        ax.set_ylabel("observer RMSE / constant guess (black: prior set)")
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.suptitle("The threat ladder: from paper 000's observer (left) to a secure-aggregation server's (right)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write(root: str, output_dir: str) -> dict:
+    """Writes ladder.csv, ladder.md and ladder.png of the ladders under `root` into `output_dir`."""
+    ladders = collect(root)
+    rows = table(ladders)
+    os.makedirs(output_dir, exist_ok=True)
+    paths = {k: os.path.join(output_dir, f"ladder.{k}") for k in ("csv", "md", "png")}
+    with open(paths["csv"], "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+    with open(paths["md"], "w") as f:
+        f.write(markdown(rows))
+    figure(rows, paths["png"])
+    return dict(paths, runs=[os.path.basename(ld["folder"]) for ld in ladders])
