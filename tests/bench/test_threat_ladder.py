@@ -54,11 +54,11 @@ def test_a_stopped_ladder_resumes_with_its_settings_and_is_refused_with_others(t
 
 
 def _ladder(root, name, defense, nu, seed, observer_ratios, prior=0.4):
-    """A ladder folder of rounds 1, 10 and 20: the observer at `observer_ratios[i]` of a 100 m constant guess."""
+    """A ladder folder of rounds 1, 10 and 20: the observer at `observer_ratios[i]` of a 100 m constant guess, its search 0.1 above."""
     rows = []
     for r, ratio in zip((1, 10, 20), observer_ratios):
         for column in threat_ladder.COLUMNS:
-            scores = {"observer": SetScore(100.0 * ratio, 100.0, 0.5, 10), "prior": SetScore(100.0 * prior, 100.0, 0.1, 10)}
+            scores = {a: SetScore(100.0 * r, 100.0, w, 10) for a, r, w in (("observer", ratio, 0.5), ("search", ratio + 0.1, 0.4), ("prior", prior, 0.1))}
             rows += (
                 threat_ladder._rows(r, column, scores, 1.0)
                 if defense != "ddp" or column.startswith("sum")
@@ -85,8 +85,11 @@ def test_the_ladder_over_runs_has_a_row_per_defense_with_the_mean_over_seeds(tmp
     assert rows[("ddp", "late", "sum_shadowed", "observer")]["ratio_mean"] == pytest.approx(0.8)
     table = open(paths["md"]).read()
     assert table.index("| No Defense") < table.index("| Distributed DP")  # The registry's order, not the folders'.
-    assert "| No Defense (2 seeds) | 0.30 +- 0.14 / 50% | 0.30 +- 0.14 / 50% | 0.30 +- 0.14 / 50% (prior 0.40) |" in table
-    assert "| Distributed DP, z = 0.1 (1 seed) | unobservable | unobservable | unobservable | unobservable | 0.90 +- n/a / 50% (prior 0.40) |" in table
+    assert "| No Defense (2 seeds) | 0.30 +- 0.14 / 50% | 0.30 +- 0.14 / 50% | 0.30 +- 0.14 / 50% (search 0.40, prior 0.40) |" in table
+    assert (
+        "| Distributed DP, z = 0.1 (1 seed) | unobservable | unobservable | unobservable | unobservable | 0.90 +- n/a / 50% (search 1.00, prior 0.40) |"
+        in table
+    )
     assert os.path.getsize(paths["png"]) > 10_000 and paths["runs"] == ["ddp_nu0.1_s0", "none_s0", "none_s1"]
     with pytest.raises(FileNotFoundError, match="holds no ladder"):
         ladder_table.collect(str(tmp_path / "out"))

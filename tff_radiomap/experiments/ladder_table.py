@@ -74,7 +74,7 @@ def table(ladders: list[dict]) -> list[dict]:
                 if unobservable:
                     out.append(dict(zip(FIELDS, (*key, group, column, "observer", len(runs), np.nan, np.nan, np.nan, 0, "unobservable"))))
                     continue
-                for attacker in ("observer", "prior"):
+                for attacker in ("observer", "search", "prior"):
                     per_seed = []
                     for ld in runs:
                         rounds = _group_rounds(ld["rows"], group)
@@ -113,7 +113,7 @@ def _find(rows: list[dict], key, group: str, column: str, attacker: str) -> dict
 
 
 def _cell(rows: list[dict], key, group: str, column: str) -> str:
-    observer, prior = (_find(rows, key, group, column, attacker) for attacker in ("observer", "prior"))
+    observer, search, prior = (_find(rows, key, group, column, attacker) for attacker in ("observer", "search", "prior"))
     if observer is None:
         return "-"
     if observer["note"] == "unobservable":
@@ -121,7 +121,7 @@ def _cell(rows: list[dict], key, group: str, column: str) -> str:
     ratio = over_seeds.plus_minus(f"{observer['ratio_mean']:.2f}", observer["ratio_std"])
     text = f"{ratio} / {observer['within_10m_mean']:.0%}"
     if column.startswith(("upload", "sum")) and prior is not None:
-        text += f" (prior {prior['ratio_mean']:.2f})"
+        text += f" (search {search['ratio_mean']:.2f}, prior {prior['ratio_mean']:.2f})" if search is not None else f" (prior {prior['ratio_mean']:.2f})"
     return text
 
 
@@ -132,9 +132,10 @@ def markdown(rows: list[dict]) -> str:
         "# The threat ladder",
         "",
         "Each cell: the observer's RMSE over the constant guess (mean +- sample std over seeds) / its share of "
-        "transmitters within 10 m; in the columns of sets (iii-v), the prior set's ratio beside it: k guesses spread "
-        "over the outdoor area, what one-to-one scoring gives an observer that read nothing. Only a ratio below the "
-        "prior's is information from the uploads.",
+        "transmitters within 10 m; in the columns of sets (iii-v), beside it the ratio of its search alone (the observer "
+        "answers the prior set instead where its twin rounds show the search reading nothing) and the prior set's: k "
+        "guesses spread over the outdoor area, what one-to-one scoring gives an observer that read nothing. Only a "
+        "ratio below the prior's is information from the uploads.",
         "",
     ]
     for group in GROUPS:
