@@ -58,9 +58,9 @@ def _ladder(root, name, defense, nu, seed, observer_ratios, prior=0.4):
     rows = []
     for r, ratio in zip((1, 10, 20), observer_ratios):
         for column in threat_ladder.COLUMNS:
-            scores = {a: SetScore(100.0 * r, 100.0, w, 10) for a, r, w in (("observer", ratio, 0.5), ("search", ratio + 0.1, 0.4), ("prior", prior, 0.1))}
+            scores = {a: SetScore(100.0 * q, 100.0, w, 10) for a, q, w in (("observer", ratio, 0.5), ("search", ratio + 0.1, 0.4), ("prior", prior, 0.1))}
             rows += (
-                threat_ladder._rows(r, column, scores, 1.0)
+                threat_ladder._rows(r, column, scores, 1.0, run_ratio=ratio / 10 if column == "single_twin" else float("nan"))
                 if defense != "ddp" or column.startswith("sum")
                 else threat_ladder._rows(r, column, None, 0.0, note="unobservable")
             )
@@ -85,7 +85,10 @@ def test_the_ladder_over_runs_has_a_row_per_defense_with_the_mean_over_seeds(tmp
     assert rows[("ddp", "late", "sum_shadowed", "observer")]["ratio_mean"] == pytest.approx(0.8)
     table = open(paths["md"]).read()
     assert table.index("| No Defense") < table.index("| Distributed DP")  # The registry's order, not the folders'.
-    assert "| No Defense (2 seeds) | 0.30 +- 0.14 / 50% | 0.30 +- 0.14 / 50% | 0.30 +- 0.14 / 50% (search 0.40, prior 0.40) |" in table
+    assert (
+        "| No Defense (2 seeds) | 0.30 +- 0.14 / 50% (the run's attacker, every cell: 0.03) | 0.30 +- 0.14 / 50% | 0.30 +- 0.14 / 50% (search 0.40, prior 0.40) |"
+        in table
+    )
     assert (
         "| Distributed DP, z = 0.1 (1 seed) | unobservable | unobservable | unobservable | unobservable | 0.90 +- n/a / 50% (search 1.00, prior 0.40) |"
         in table

@@ -23,7 +23,20 @@ from tff_radiomap.metrics import over_seeds
 from tff_radiomap.privacy import set_scoring
 
 GROUPS = ("round 1", "late")
-FIELDS = ("defense", "noise_multiplier", "group", "column", "attacker", "seeds", "ratio_mean", "ratio_std", "within_10m_mean", "transmitters", "note")
+FIELDS = (
+    "defense",
+    "noise_multiplier",
+    "group",
+    "column",
+    "attacker",
+    "seeds",
+    "ratio_mean",
+    "ratio_std",
+    "within_10m_mean",
+    "transmitters",
+    "run_ratio_mean",
+    "note",
+)
 
 
 def collect(root: str) -> list[dict]:
@@ -72,13 +85,14 @@ def table(ladders: list[dict]) -> list[dict]:
             for column in threat_ladder.COLUMNS:
                 unobservable = any(r["column"] == column and r.get("note") == "unobservable" for ld in runs for r in ld["rows"])
                 if unobservable:
-                    out.append(dict(zip(FIELDS, (*key, group, column, "observer", len(runs), np.nan, np.nan, np.nan, 0, "unobservable"))))
+                    out.append(dict(zip(FIELDS, (*key, group, column, "observer", len(runs), np.nan, np.nan, np.nan, 0, np.nan, "unobservable"))))
                     continue
                 for attacker in ("observer", "search", "prior"):
-                    per_seed = []
+                    per_seed, run_ratios = [], []
                     for ld in runs:
                         rounds = _group_rounds(ld["rows"], group)
                         found = [r for r in ld["rows"] if r["round"] in rounds and r["column"] == column and r["attacker"] == attacker and "ratio" in r]
+                        run_ratios += [r["run_ratio"] for r in found if np.isfinite(r.get("run_ratio", np.nan))]
                         if found:
                             per_seed.append(
                                 set_scoring.pooled(
@@ -94,7 +108,19 @@ def table(ladders: list[dict]) -> list[dict]:
                         dict(
                             zip(
                                 FIELDS,
-                                (*key, group, column, attacker, len(per_seed), float(np.mean(ratios)), std, within, sum(s.transmitters for s in per_seed), ""),
+                                (
+                                    *key,
+                                    group,
+                                    column,
+                                    attacker,
+                                    len(per_seed),
+                                    float(np.mean(ratios)),
+                                    std,
+                                    within,
+                                    sum(s.transmitters for s in per_seed),
+                                    np.mean(run_ratios) if run_ratios else np.nan,
+                                    "",
+                                ),
                             )
                         )
                     )
@@ -120,6 +146,8 @@ def _cell(rows: list[dict], key, group: str, column: str) -> str:
         return "unobservable"
     ratio = over_seeds.plus_minus(f"{observer['ratio_mean']:.2f}", observer["ratio_std"])
     text = f"{ratio} / {observer['within_10m_mean']:.0%}"
+    if np.isfinite(observer["run_ratio_mean"]):
+        text += f" (the run's attacker, every cell: {observer['run_ratio_mean']:.2f})"
     if column.startswith(("upload", "sum")) and prior is not None:
         text += f" (search {search['ratio_mean']:.2f}, prior {prior['ratio_mean']:.2f})" if search is not None else f" (prior {prior['ratio_mean']:.2f})"
     return text
@@ -135,7 +163,9 @@ def markdown(rows: list[dict]) -> str:
         "transmitters within 10 m; in the columns of sets (iii-v), beside it the ratio of its search alone (the observer "
         "answers the prior set instead where its twin rounds show the search reading nothing) and the prior set's: k "
         "guesses spread over the outdoor area, what one-to-one scoring gives an observer that read nothing. Only a "
-        "ratio below the prior's is information from the uploads.",
+        "ratio below the prior's is information from the uploads. Column (i) scores the ladder's candidates "
+        "(every `stride`-th cell); beside it, the run's own strongest attacker on the same rounds (every cell, "
+        "metrics.csv), the figure the privacy front reports.",
         "",
     ]
     for group in GROUPS:
