@@ -147,8 +147,9 @@ def test_the_recomputed_uploads_are_the_runs_to_float_tolerance(tiny_run):
 
 def test_the_ladder_script_scores_every_column_of_a_tiny_run(tiny_run, shadowed_root, tmp_path):
     out = tmp_path / "ladder"
-    # The observer's search and its fallback are the in-process tests' above: here one sweep, no twin round.
-    wiring = ["--stride=4", "--sweeps=1", "--calibration=2", "--fallback=0"]
+    # The observer's search, its fallback and its pass over every client are the in-process tests'
+    # above: here one sweep, no twin round, the round's first client.
+    wiring = ["--stride=4", "--sweeps=1", "--calibration=2", "--fallback=0", "--clients=1"]
     args = [f"--run={tiny_run[1]}", f"--output_dir={out}", f"--shadowed_root={shadowed_root}", *wiring]
     run = subprocess.run([sys.executable, "-m", "bench.deployment_observer", *args], capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert run.returncode == 0, run.stderr[-3000:]
