@@ -21,19 +21,22 @@ import pytest  # noqa: E402
 # collection order: these go first, so that none of them starts while the other process is nearly
 # done. The rest keep their order.
 SLOW_FILES = (
-    "tests/experiments/test_privacy_radiomap_subspace.py",
-    "tests/experiments/test_privacy_radiomap_adaptive.py",
-    "tests/programs/test_remnet_programs.py",
-    "tests/runtime/test_multi_worker.py",
-    "tests/learning/test_tensor_client_data.py",
-    "tests/programs/test_privacy_front_program.py",
     "tests/experiments/test_privacy_radiomap.py",
     "tests/experiments/test_deployment_observer.py",
+    "tests/experiments/test_privacy_radiomap_client_scope.py",
+    "tests/programs/test_remnet_programs.py",
+    "tests/experiments/test_privacy_radiomap_adaptive.py",
+    "tests/experiments/test_privacy_radiomap_subspace.py",
+    "tests/programs/test_privacy_front_program.py",
     "tests/programs/test_privacy_radiomap.py",
-    "tests/privacy/test_allocator.py",
+    "tests/runtime/test_multi_worker.py",
     "tests/learning/test_fused_adam.py",
+    "tests/experiments/test_privacy_radiomap_aggregate_dp.py",
+    "tests/learning/test_tensor_client_data.py",
+    "tests/privacy/test_allocator.py",
     "tests/programs/test_leakage_map.py",
     "tests/programs/test_flag_validation.py",
+    "tests/programs/test_demo.py",
     "tests/runtime/test_workers.py",
 )
 

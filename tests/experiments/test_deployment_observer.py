@@ -22,7 +22,9 @@ from tff_radiomap.models.phases import Phase
 from tff_radiomap.privacy import set_scoring, upload_observer
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-ATTACK = dict(attack_every=1, attack_steps=2, attack_train_traces=12, attack_test_traces=6)
+# The run's attack: every round, the matching attacker on every 4th cell with 4 calibration positions
+# (these tests are about the saved rounds and the ladder's wiring, not about what the attack reads).
+ATTACK = dict(attack_every=1, attack_steps=2, attack_train_traces=12, attack_test_traces=6, matching_stride=4, matching_calibration=4)
 
 
 def _round_one(config, settings, maps):
@@ -31,20 +33,31 @@ def _round_one(config, settings, maps):
     return deployment_observer.RoundObserver(config, maps, weights, None, 1, view, settings)
 
 
-@pytest.mark.parametrize("rows", [[1], [0, 2]])
-def test_the_real_upload_of_one_or_two_samples_is_located_near_exactly(config, rows):
+@pytest.fixture(scope="module")
+def map_one_candidates(config):
+    """Map 1's samples and a candidate at the centre of every cell (2 m at the toy size) with its
+    stage-1 gradient at the initial model: the same for each parametrization below."""
     maps = privacy_setup.read_maps(config)
     mc = config.model_config()
-    phases.set_phase_weights(shared_models.phase_model(mc, Phase.STAGE1), phases.initial_weights(mc, config.seed), Phase.STAGE1)
-    trainer = shared_models.client_trainer(mc, Phase.STAGE1, config.client_optimizer, config.client_learning_rate, config.batch_size)
+    weights = phases.initial_weights(mc, config.seed)
+    phases.set_phase_weights(shared_models.phase_model(mc, Phase.STAGE1), weights, Phase.STAGE1)
     p = 1  # A map whose transmitters' cells all have their centre outdoors: each is a candidate's cell.
     m, samples = int(maps.map_ids[p]), maps.arrays([p])
     buildings = twin.read_buildings(config.data_root, m)
-    grid = twin.grid_positions(buildings, config.resolution, 1)  # Every cell: 2 m at the toy size.
+    grid = twin.grid_positions(buildings, config.resolution, 1)
     factor = buildings.shape[0] // config.resolution
-    assert all(any((grid // factor == t // factor).all(1)) for t in maps.tx_pixels[p][rows])
+    assert all(any((grid // factor == t // factor).all(1)) for t in maps.tx_pixels[p])
     candidates = maps.samples_at(p, grid, twin.position_gains(config.data_root, m, grid))
     gradients = shared_models.candidate_gradients(mc, Phase.STAGE1)(candidates["x"], candidates["y"])
+    return weights, m, samples, grid, candidates, gradients
+
+
+@pytest.mark.parametrize("rows", [[1], [0, 2]])
+def test_the_real_upload_of_one_or_two_samples_is_located_near_exactly(config, map_one_candidates, rows):
+    weights, m, samples, grid, candidates, gradients = map_one_candidates
+    mc = config.model_config()
+    phases.set_phase_weights(shared_models.phase_model(mc, Phase.STAGE1), weights, Phase.STAGE1)  # Another test may have set others.
+    trainer = shared_models.client_trainer(mc, Phase.STAGE1, config.client_optimizer, config.client_learning_rate, config.batch_size)
 
     def upload(x, y, epochs=3):  # Three Adam steps on the client's one batch, as a client of 3 local epochs.
         return trainer.upload(np.tile(x, (epochs, 1, 1, 1)), np.tile(y, (epochs, 1, 1, 1)))
@@ -134,7 +147,10 @@ def test_the_recomputed_uploads_are_the_runs_to_float_tolerance(tiny_run):
 
 def test_the_ladder_script_scores_every_column_of_a_tiny_run(tiny_run, shadowed_root, tmp_path):
     out = tmp_path / "ladder"
-    args = [f"--run={tiny_run[1]}", f"--output_dir={out}", f"--shadowed_root={shadowed_root}", "--stride=4", "--sweeps=1"]
+    # The observer's search, its fallback and its pass over every client are the in-process tests'
+    # above: here one sweep, no twin round, the round's first client.
+    wiring = ["--stride=4", "--sweeps=1", "--calibration=2", "--fallback=0", "--clients=1"]
+    args = [f"--run={tiny_run[1]}", f"--output_dir={out}", f"--shadowed_root={shadowed_root}", *wiring]
     run = subprocess.run([sys.executable, "-m", "bench.deployment_observer", *args], capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert run.returncode == 0, run.stderr[-3000:]
     rows = list(csv.DictReader(open(out / "ladder.csv")))

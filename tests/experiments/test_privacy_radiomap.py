@@ -154,13 +154,27 @@ def test_a_nan_client_update_is_zeroed_counted_and_the_run_goes_on(tff_runtime, 
     assert done == 3 and all(np.all(np.isfinite(w)) for w in weights.stage1 + weights.stage2)
 
 
-def test_overwrite_starts_a_folder_of_another_run_afresh_and_finished_runs_are_read_back(tff_runtime, config, cached_trainers, tmp_path, monkeypatch):
-    monkeypatch.setattr(experiment, "build_trainer", cached_trainers)
-    out = str(tmp_path / "run")
-    experiment.run(dataclasses.replace(config, rounds=2, stage1_rounds=1), out, progress=False, stop_after_round=1)
-    with pytest.raises(experiment.ConfigMismatchError, match="rounds: saved 2, now 3"):
-        experiment.run(config, out, progress=False)
-    summary = experiment.run(config, out, progress=False, overwrite=True)
+@pytest.fixture(scope="module")
+def none_overwritten(tff_runtime, config, cached_trainers, tmp_path_factory):
+    """(folder, summary, the refusal before it) of No Defense's run of the module's config, started
+    afresh with `overwrite` in a folder that held another run's first round: the overwrite test's
+    run, and the default placement's No Defense run of the in-process test."""
+    out = str(tmp_path_factory.mktemp("none") / "run")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(experiment, "build_trainer", cached_trainers)
+        experiment.run(dataclasses.replace(config, rounds=2, stage1_rounds=1), out, progress=False, stop_after_round=1)
+        try:
+            experiment.run(config, out, progress=False)
+            refused = None
+        except experiment.ConfigMismatchError as exc:
+            refused = str(exc)
+        summary = experiment.run(config, out, progress=False, overwrite=True)
+    return out, summary, refused
+
+
+def test_overwrite_starts_a_folder_of_another_run_afresh_and_finished_runs_are_read_back(none_overwritten, config, cached_trainers, monkeypatch):
+    out, summary, refused = none_overwritten
+    assert refused is not None and "rounds: saved 2, now 3" in refused
     assert [r["round"] for r in _rows(out)] == ["1", "2", "3"] and summary["rounds"] == 3
     # The gain's RMSE in dB: all pixels from the MSE, outdoor from the best round's row, and the
     # final model scored on the test maps.
@@ -210,17 +224,18 @@ def test_an_attack_larger_than_the_data_is_refused_before_training(config, tmp_p
 
 
 @pytest.mark.parametrize("defense", ["none", "uniform"])
-def test_in_process_clients_give_the_default_placement_metrics(tff_runtime, config, cached_trainers, uniform_straight, tmp_path, monkeypatch, defense):
+def test_in_process_clients_give_the_default_placement_metrics(
+    tff_runtime, config, cached_trainers, uniform_straight, none_overwritten, tmp_path, monkeypatch, defense
+):
     """client_placement='in_process': the clients train in this process, the defense's clipping and
     noise and the server step stay TFF computations; both phases, 3 rounds. The default placement's
-    run: Uniform Noise's is the module's shared one; No Defense's runs the module's config (whose
-    trainer the tests above built)."""
+    run: Uniform Noise's is the module's shared one; No Defense's the overwrite test's (a run of the
+    module's config)."""
     monkeypatch.setattr(experiment, "build_trainer", cached_trainers)
     if defense == "uniform":
         base, tff_dir, summary_t = uniform_straight
     else:
-        base, tff_dir = config, str(tmp_path / "tff")
-        summary_t = experiment.run(base, tff_dir, progress=False)
+        (tff_dir, summary_t, _), base = none_overwritten, config
     assert base.defense == defense and base.client_placement == "tff"
     out = str(tmp_path / "in_process")
     summary_i = experiment.run(dataclasses.replace(base, client_placement="in_process"), out, progress=False)

@@ -9,7 +9,7 @@ import pytest
 from tests.programs import processes
 from tff_radiomap.data import synthetic
 
-ROUNDS = 5
+ROUNDS = 3  # The kill after round 1, the worker's after round 2, then a round after the restart.
 
 
 @pytest.fixture(scope="module")
