@@ -25,7 +25,6 @@ Cost: docs/deployment_observer.md.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 
@@ -78,7 +77,10 @@ def main(argv):
         raise app.UsageError(str(exc)) from exc
     t0 = time.monotonic()
     columns = tuple(FLAGS.columns or threat_ladder.COLUMNS)
-    done = _resumed(FLAGS.output_dir, _settings_record(settings, columns))
+    try:
+        done = threat_ladder.resumed_rows(FLAGS.output_dir, _settings_record(settings, columns))
+    except ValueError as exc:
+        raise app.UsageError(str(exc)) from exc
     title = os.path.basename(os.path.normpath(FLAGS.run))
     paths = {}
 
@@ -106,25 +108,6 @@ def _settings_record(settings: ObserverSettings, columns) -> dict:
         "columns": list(columns),
         "shadowed_root": FLAGS.shadowed_root and os.path.abspath(FLAGS.shadowed_root),
     }
-
-
-def _resumed(output_dir: str, record: dict) -> list[dict]:
-    """The rows a stopped ladder in `output_dir` saved, if it was made with `record`'s run, settings
-    and columns (UsageError naming what differs otherwise); [] for a new folder, which gets `record`."""
-    path = os.path.join(output_dir, "ladder_settings.json")
-    if not os.path.exists(path):
-        os.makedirs(output_dir, exist_ok=True)
-        with open(path, "w") as f:
-            json.dump(record, f, indent=1)
-        return []
-    with open(path) as f:
-        saved = json.load(f)
-    differ = [k for k in record if saved.get(k) != record[k]]
-    if differ:
-        detail = "; ".join(f"{k}: saved {saved.get(k)!r}, asked {record[k]!r}" for k in differ)
-        raise app.UsageError(f"{output_dir} holds a ladder made otherwise ({detail}): use another --output_dir (nothing was changed)")
-    csv_path = os.path.join(output_dir, "ladder.csv")
-    return threat_ladder.read_rows(csv_path) if os.path.exists(csv_path) else []
 
 
 if __name__ == "__main__":

@@ -1,15 +1,13 @@
-"""bench/deployment_observer.py saves its ladder after every round and resumes it: ladder.csv reads
-back as `threat_ladder.ladder` made it, and a folder made with other settings is refused untouched;
-bench/threat_ladder.py tabulates the ladders of several runs over seeds."""
+"""A run's ladder is saved after every round and resumes (`threat_ladder.resumed_rows`, called by
+bench/deployment_observer.py): ladder.csv reads back as `threat_ladder.ladder` made it, and a folder
+made with other settings is refused untouched. `ladder_table` tabulates the ladders of several runs
+over seeds (bench/threat_ladder.py)."""
 
 import json
 import os
 
 import numpy as np
 import pytest
-from absl import app
-
-from bench import deployment_observer as bench
 from tff_radiomap.experiments import ladder_table, threat_ladder
 from tff_radiomap.privacy.set_scoring import SetScore
 
@@ -42,14 +40,14 @@ def test_ladder_csv_reads_back_as_the_ladder_made_it(tmp_path):
 def test_a_stopped_ladder_resumes_with_its_settings_and_is_refused_with_others(tmp_path):
     out = str(tmp_path / "ladder")
     record = {"run": "/runs/none_s0", "settings": {"stride": 4, "sweeps": 3}, "columns": ["upload_twin"], "shadowed_root": None}
-    assert bench._resumed(out, record) == []  # A new folder: the record is written.
-    assert bench._resumed(out, record) == []  # No round finished yet.
+    assert threat_ladder.resumed_rows(out, record) == []  # A new folder: the record is written.
+    assert threat_ladder.resumed_rows(out, record) == []  # No round finished yet.
     threat_ladder.report(_rows(), out, "none_s0")
-    assert {r["round"] for r in bench._resumed(out, record)} == {1, 10}
+    assert {r["round"] for r in threat_ladder.resumed_rows(out, record)} == {1, 10}
     saved = {name: open(os.path.join(out, name), "rb").read() for name in os.listdir(out)}
     other = dict(record, settings={"stride": 2, "sweeps": 3})
-    with pytest.raises(app.UsageError, match=r"holds a ladder made otherwise \(settings: saved .*'stride': 4.*asked .*'stride': 2"):
-        bench._resumed(out, other)
+    with pytest.raises(ValueError, match=r"holds a ladder made otherwise \(settings: saved .*'stride': 4.*asked .*'stride': 2"):
+        threat_ladder.resumed_rows(out, other)
     assert {name: open(os.path.join(out, name), "rb").read() for name in os.listdir(out)} == saved
 
 

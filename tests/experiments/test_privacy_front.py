@@ -11,7 +11,7 @@ import os
 import numpy as np
 import pytest
 
-from tff_radiomap.experiments import front_figures, front_report
+from tff_radiomap.experiments import front_dp, front_figures, front_report
 from tff_radiomap.experiments import privacy_front as pf
 
 NAN = ""
@@ -251,7 +251,7 @@ def test_the_defenses_on_the_aggregate_get_a_table_and_figure_of_utility_against
     _with_privacy(root, "ddp_nu0.1_s0", aggregate={"epsilon": 4700.0}, uploads_observable=False)
     grids = {"none": [0.0], "central_dp": [0.1, 1.0], "ddp": [0.1]}
     out = front_report.write_results(root, ["none", "central_dp", "ddp"], grids, [0])
-    assert [(r["method"], r["noise_multiplier"]) for r in front_report.dp_rows(out["rows"])] == [("central_dp", 0.1), ("central_dp", 1.0), ("ddp", 0.1)]
+    assert [(r["method"], r["noise_multiplier"]) for r in front_dp.dp_rows(out["rows"])] == [("central_dp", 0.1), ("central_dp", 1.0), ("ddp", 0.1)]
     table = open(out["table_md"]).read()
     assert "| Central DP | 0.1 | 1 | -19.50 +- n/a | +2.50 | -18.50 +- n/a | 4.5e+03 | 2.1e+03 | 0.30 +- n/a |" in table
     assert "| Central DP | 1 | 1 | 129.00 +- n/a | +151.00 | 130.00 +- n/a | 44.3 | 26.5 | not attacked after round 1 |" in table

@@ -6,7 +6,7 @@
                     dashed; below, the close-up near No Defense (`zoom_window`)
     allocation.png  where runs learn their allocation (Adaptive), one panel per run
     dp.png          the defenses on the aggregate (central DP, DDP): best validation MSE against the
-                    worst client's epsilon, No Defense's level dashed (`front_report.dp_rows`)
+                    worst client's epsilon, No Defense's level dashed (`front_dp.dp_rows`)
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def allocation_figure(path: str, rows: list[dict]) -> None:
 
 def dp_figure(path: str, rows: list[dict], reference_db: float | None, span_db: float = 8.0) -> None:
     """dp.png: best validation MSE against the worst client's epsilon of the aggregate, a line per
-    defense on the aggregate (`front_report.dp_rows`), dotted with Poisson amplification where a
+    defense on the aggregate (`front_dp.dp_rows`), dotted with Poisson amplification where a
     defense has it; No Defense's best (`reference_db`) dashed. The y axis spans `span_db` above it; a
     model worse than that is drawn on the top edge (a triangle) with its figure written beside it."""
     import matplotlib

@@ -17,7 +17,7 @@
                           `allocator/weight_<group>` measurements), one panel per run
     dp.png                the defenses on the aggregate (central DP, DDP): best validation MSE
                           against the worst client's aggregate epsilon, beside a table of the same
-                          in front.md (`dp_rows`)
+                          in front.md (`front_dp`)
 
 A run counts once its summary.json is written. `write_results(..., skip_missing=True)` reports
 from the finished runs alone and names the others. Reading the runs reuses Table I's pieces
@@ -32,7 +32,7 @@ import os
 
 import numpy as np
 
-from tff_radiomap.experiments import front_figures, privacy_accounting, privacy_table, saved_runs
+from tff_radiomap.experiments import front_dp, front_figures, privacy_accounting, privacy_table, saved_runs
 from tff_radiomap.metrics import over_seeds
 from tff_radiomap.experiments.privacy_front import cells, finished, run_name
 
@@ -256,54 +256,6 @@ def allocation_moves(rows: list[dict]) -> list[dict]:
     return moves
 
 
-def dp_rows(rows: list[dict]) -> list[dict]:
-    """The rows of the defenses on the aggregate (those with an aggregate epsilon: central DP, DDP),
-    in front order, for the table and figure of utility against epsilon."""
-    return [r for r in rows if r["aggregate_epsilon"] is not None]
-
-
-def _reference_db(rows: list[dict]) -> float | None:
-    """No Defense's best validation MSE (mean over its seeds), the front's utility reference."""
-    return next((r["best_val_mse_db_mean"] for r in rows if r["method"] == "none"), None)
-
-
-def _dp_table(rows: list[dict]) -> list[str]:
-    """front.md's table of utility against epsilon (empty without a defense on the aggregate)."""
-    dp, reference = dp_rows(rows), _reference_db(rows)
-    if not dp:
-        return []
-    lines = [
-        "",
-        "Utility against epsilon, the defenses on the aggregate (dp.png): cost = best validation MSE over No "
-        "Defense's (dB); epsilon as aggregate_epsilon(_poisson) above; the observer of individual uploads reads the row "
-        "as late_attack_ratio.",
-        "",
-        "| defense | z | seeds | best_val_mse_db | cost_db | final_val_mse_db | epsilon | epsilon_poisson | upload observer |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for r in dp:
-        cost = "" if reference is None else f"{r['best_val_mse_db_mean'] - reference:+.2f}"
-        if not r["uploads_observable"]:
-            observer = "unobservable"
-        elif np.isfinite(r["late_attack_ratio_mean"]):
-            observer = over_seeds.plus_minus(f"{r['late_attack_ratio_mean']:.2f}", r["late_attack_ratio_std"])
-        else:
-            observer = "not attacked after round 1"
-        cells = [
-            privacy_table.LABELS.get(r["method"], r["method"]),
-            f"{r['noise_multiplier']:g}",
-            str(r["seeds"]),
-            over_seeds.plus_minus(f"{r['best_val_mse_db_mean']:.2f}", r["best_val_mse_db_std"]),
-            cost,
-            over_seeds.plus_minus(f"{r['final_val_mse_db_mean']:.2f}", r["final_val_mse_db_std"]),
-            _markdown_cell(r, "aggregate_epsilon"),
-            _markdown_cell(r, "aggregate_epsilon_poisson"),
-            observer,
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
-
-
 def _worst(epsilons) -> float | None:
     """The worst client of any seed: None (no guarantee) if a run has none, nan if one is not known."""
     if any(e is None for e in epsilons):
@@ -335,9 +287,9 @@ def write_results(output_dir: str, methods, noise_multipliers, seeds, skip_missi
         f.write(_markdown(rows, seeds, missing, notes, moves))
     front_figures.front_figure(paths["png"], rows)
     result = {"rows": rows, "missing": missing, "table_md": paths["md"], "csv": paths["csv"], "figure": paths["png"]}
-    if dp_rows(rows):
+    if front_dp.dp_rows(rows):
         result["dp_figure"] = os.path.join(output_dir, "dp.png")
-        front_figures.dp_figure(result["dp_figure"], dp_rows(rows), _reference_db(rows))
+        front_figures.dp_figure(result["dp_figure"], front_dp.dp_rows(rows), front_dp.reference_db(rows))
     if allocation:
         result.update(
             allocation_csv=os.path.join(output_dir, "allocation.csv"), allocation_figure=os.path.join(output_dir, "allocation.png"), allocation_moves=moves
@@ -397,7 +349,7 @@ def _markdown(rows, seeds, missing, notes, moves=()) -> str:
         "aggregate_epsilon_poisson: central DP with Poisson sampling amplification (participation unknown). "
         "'unobservable': secure aggregation leaves an observer of individual uploads nothing to attack.",
     ]
-    lines += _dp_table(rows)
+    lines += front_dp.dp_table(rows)
     if moves:
         lines += [
             "",

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import json
 import os
 import time
 
@@ -199,6 +200,26 @@ def read_rows(path: str) -> list[dict]:
                 typed["transmitters"] = int(row["transmitters"])
             rows.append(typed)
     return rows
+
+
+def resumed_rows(output_dir: str, record: dict) -> list[dict]:
+    """The rows a stopped ladder saved in `output_dir` (its ladder.csv), if its ladder_settings.json
+    is `record` (the run, the observer's settings, the columns); ValueError naming what differs
+    otherwise, the folder left as it is. A new folder gets `record` and [] ."""
+    path = os.path.join(output_dir, "ladder_settings.json")
+    if not os.path.exists(path):
+        os.makedirs(output_dir, exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(record, f, indent=1)
+        return []
+    with open(path) as f:
+        saved = json.load(f)
+    differ = [k for k in record if saved.get(k) != record[k]]
+    if differ:
+        detail = "; ".join(f"{k}: saved {saved.get(k)!r}, asked {record[k]!r}" for k in differ)
+        raise ValueError(f"{output_dir} holds a ladder made otherwise ({detail}): use another --output_dir (nothing was changed)")
+    csv_path = os.path.join(output_dir, "ladder.csv")
+    return read_rows(csv_path) if os.path.exists(csv_path) else []
 
 
 def pooled_rows(rows: list[dict], rounds) -> dict:

@@ -1,0 +1,61 @@
+"""The front's defenses on the aggregate (central DP, DDP): their rows, and front.md's table of
+utility against epsilon (the figure is `front_figures.dp_figure`). Rows are `front_report.front_rows`'."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tff_radiomap.experiments.privacy_table import LABELS
+from tff_radiomap.metrics import over_seeds
+
+
+def dp_rows(rows: list[dict]) -> list[dict]:
+    """The rows of the defenses on the aggregate (those with an aggregate epsilon: central DP, DDP),
+    in front order, for the table and figure of utility against epsilon."""
+    return [r for r in rows if r["aggregate_epsilon"] is not None]
+
+
+def reference_db(rows: list[dict]) -> float | None:
+    """No Defense's best validation MSE (mean over its seeds), the front's utility reference."""
+    return next((r["best_val_mse_db_mean"] for r in rows if r["method"] == "none"), None)
+
+
+def dp_table(rows: list[dict]) -> list[str]:
+    """front.md's table of utility against epsilon (empty without a defense on the aggregate)."""
+    dp, reference = dp_rows(rows), reference_db(rows)
+    if not dp:
+        return []
+    lines = [
+        "",
+        "Utility against epsilon, the defenses on the aggregate (dp.png): cost = best validation MSE over No "
+        "Defense's (dB); epsilon as aggregate_epsilon(_poisson) above; the observer of individual uploads reads the row "
+        "as late_attack_ratio.",
+        "",
+        "| defense | z | seeds | best_val_mse_db | cost_db | final_val_mse_db | epsilon | epsilon_poisson | upload observer |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in dp:
+        cost = "" if reference is None else f"{r['best_val_mse_db_mean'] - reference:+.2f}"
+        if not r["uploads_observable"]:
+            observer = "unobservable"
+        elif np.isfinite(r["late_attack_ratio_mean"]):
+            observer = over_seeds.plus_minus(f"{r['late_attack_ratio_mean']:.2f}", r["late_attack_ratio_std"])
+        else:
+            observer = "not attacked after round 1"
+        cells = [
+            LABELS.get(r["method"], r["method"]),
+            f"{r['noise_multiplier']:g}",
+            str(r["seeds"]),
+            over_seeds.plus_minus(f"{r['best_val_mse_db_mean']:.2f}", r["best_val_mse_db_std"]),
+            cost,
+            over_seeds.plus_minus(f"{r['final_val_mse_db_mean']:.2f}", r["final_val_mse_db_std"]),
+            _epsilon(r["aggregate_epsilon"]),
+            _epsilon(r["aggregate_epsilon_poisson"]),
+            observer,
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _epsilon(value) -> str:
+    return "" if value is None else f"{value:.3g}"
