@@ -256,6 +256,7 @@ def test_the_defenses_on_the_aggregate_get_a_table_and_figure_of_utility_against
     assert "| Central DP | 0.1 | 1 | -19.50 +- n/a | +2.50 | -18.50 +- n/a | 4.5e+03 | 2.1e+03 | 0.30 +- n/a |" in table
     assert "| Central DP | 1 | 1 | 129.00 +- n/a | +151.00 | 130.00 +- n/a | 44.3 | 26.5 | not attacked after round 1 |" in table
     assert "| Distributed DP | 0.1 | 1 | -19.00 +- n/a | +3.00 | -18.00 +- n/a | 4.7e+03 |  | unobservable |" in table
+    assert "- central_dp_nu1_s0: last attack at round 1 of 3" in table and "ddp_nu0.1_s0: last attack" not in table
     assert front_figures.off_panel(out["rows"], "late_attack_ratio") == [
         "Central DP z=1: not attacked after round 1",
         "Distributed DP z=0.1: uploads unobservable",

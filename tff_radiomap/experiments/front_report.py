@@ -111,9 +111,9 @@ def front_rows(output_dir: str, methods, noise_multipliers, seeds, skip_missing:
         if not runs:
             continue
         last = [privacy_table.last_attack(metrics) for _, _, metrics, _ in runs]
-        for (seed, _, metrics, _), (_, at) in zip(runs, last):
+        for (seed, summary, metrics, _), (_, at) in zip(runs, last):
             final = max((int(r["round"]) for r in metrics), default=0)
-            if at < final:
+            if at < final and summary.get("privacy", {}).get("uploads_observable", True):  # Secure aggregation is never attacked.
                 notes.append(f"{run_name(method, nu, seed)}: last attack at round {at} of {final} (later ones skipped: model not finite)")
             dead = dead_stage(metrics)
             if dead is not None:
