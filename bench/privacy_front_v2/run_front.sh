@@ -15,5 +15,7 @@ for seeds in 0 1,2; do
   run --seeds=$seeds --methods=central_dp,ddp --z_grid=0.1
   run --seeds=$seeds --methods=uniform --noise_multipliers=0.001,0.03
   run --seeds=$seeds --methods=central_dp,ddp --z_grid=0.01,0.03
+  # Aligned Noise and Adaptive (the leakage partition, as on the first front) at the nu the rule
+  # picked from Uniform's seed-0 costs: 0.01 (RESULTS, "The second front").
+  run --seeds=$seeds --methods=aligned,adaptive --noise_multipliers=0.01 --set=adaptive_partition=leakage,allocator_lambda_p=100,allocator_every=5
 done
-# Aligned Noise and Adaptive (leakage partition) at the nu the rule picks from Uniform's seed-0 cost.
