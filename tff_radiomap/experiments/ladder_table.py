@@ -20,7 +20,6 @@ import numpy as np
 from tff_radiomap.experiments import threat_ladder
 from tff_radiomap.experiments.defense_registry import labels
 from tff_radiomap.metrics import over_seeds
-from tff_radiomap.privacy import set_scoring
 
 GROUPS = ("round 1", "late")
 FIELDS = (
@@ -82,23 +81,21 @@ def table(ladders: list[dict]) -> list[dict]:
     for key in keys:
         runs = [ld for ld in ladders if (ld["defense"], ld["noise_multiplier"]) == key]
         for group in GROUPS:
+            rounds = [_group_rounds(ld["rows"], group) for ld in runs]
+            pooled = [threat_ladder.pooled_rows(ld["rows"], r) for ld, r in zip(runs, rounds)]  # Each seed's rounds pooled.
             for column in threat_ladder.COLUMNS:
                 unobservable = any(r["column"] == column and r.get("note") == "unobservable" for ld in runs for r in ld["rows"])
                 if unobservable:
                     out.append(dict(zip(FIELDS, (*key, group, column, "observer", len(runs), np.nan, np.nan, np.nan, 0, np.nan, "unobservable"))))
                     continue
                 for attacker in ("observer", "search", "prior"):
-                    per_seed, run_ratios = [], []
-                    for ld in runs:
-                        rounds = _group_rounds(ld["rows"], group)
-                        found = [r for r in ld["rows"] if r["round"] in rounds and r["column"] == column and r["attacker"] == attacker and "ratio" in r]
-                        run_ratios += [r["run_ratio"] for r in found if np.isfinite(r.get("run_ratio", np.nan))]
-                        if found:
-                            per_seed.append(
-                                set_scoring.pooled(
-                                    set_scoring.SetScore(r["rmse_m"], r["constant_rmse_m"], r["within_10m"], int(r["transmitters"])) for r in found
-                                )
-                            )
+                    per_seed = [p[(column, attacker)] for p in pooled if (column, attacker) in p]
+                    run_ratios = [
+                        r["run_ratio"]
+                        for ld, group_rounds in zip(runs, rounds)
+                        for r in ld["rows"]
+                        if r["round"] in group_rounds and (r["column"], r["attacker"]) == (column, attacker) and np.isfinite(r.get("run_ratio", np.nan))
+                    ]
                     if not per_seed:
                         continue
                     ratios = [s.ratio for s in per_seed]
