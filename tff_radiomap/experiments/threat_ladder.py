@@ -155,9 +155,9 @@ def ladder(
     }
     observable = DEFENSES[config.defense].uploads_observable
     views = upload_views(config, os.path.join(run_dir, "basis"))
-    rows = [r for r in done if r["round"] in rounds]
+    rows = list(done)  # All kept: a resumed ladder asked for other rounds adds them and never drops saved ones.
     try:
-        for r in [r for r in rounds if r not in {row["round"] for row in rows}]:
+        for r in [r for r in rounds if r not in {row["round"] for row in done}]:
             weights, extras = attack_rounds.load(run_dir, attack_rounds.ATTACK_ROUNDS, r)
             view = views.get(config.phase_for_round(r))
             observer = RoundObserver(config, maps, weights, extras, r, view, settings)
