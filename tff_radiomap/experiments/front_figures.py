@@ -35,6 +35,11 @@ def zoom_window(rows, key: str, width_db: float = ZOOM_DB) -> tuple[tuple[float,
     return (left - 0.05 * width_db, right), (0.0, min(1.05, 1.1 * top) if top > 0 else 1.05)
 
 
+def _on_panel(row: dict, key: str) -> bool:
+    """Whether a front row has a point on the panel of attacker ratio `key`."""
+    return row.get("uploads_observable", True) and np.isfinite(row["best_val_mse_db_mean"]) and np.isfinite(row[f"{key}_mean"])
+
+
 def off_panel(rows, key: str) -> list[str]:
     """The rows with no point on a front panel of attacker ratio `key`: unobservable uploads (DDP),
     or no attack after round 1 (a model that stopped being finite); each as `method nu: why`."""
@@ -43,7 +48,7 @@ def off_panel(rows, key: str) -> list[str]:
         name = f"{LABELS.get(r['method'], r['method'])} {'nu' if r.get('aggregate_epsilon') is None else 'z'}={r['noise_multiplier']:g}"
         if not r.get("uploads_observable", True):
             left.append(f"{name}: uploads unobservable")
-        elif not (np.isfinite(r["best_val_mse_db_mean"]) and np.isfinite(r[f"{key}_mean"])):
+        elif not _on_panel(r, key):
             left.append(f"{name}: not attacked after round 1")
     return left
 
@@ -52,8 +57,7 @@ def _draw_front(ax, rows, key: str) -> None:
     """One panel: a line per method across nu, attacker ratio `key` against best validation MSE;
     a method with no point on it (`off_panel`) has no line and no legend entry."""
     for method in dict.fromkeys(r["method"] for r in rows):
-        points = [r for r in rows if r["method"] == method and r.get("uploads_observable", True)]
-        points = sorted((r for r in points if np.isfinite(r["best_val_mse_db_mean"]) and np.isfinite(r[f"{key}_mean"])), key=lambda r: r["noise_multiplier"])
+        points = sorted((r for r in rows if r["method"] == method and _on_panel(r, key)), key=lambda r: r["noise_multiplier"])
         if not points:
             continue
         x, y = [p["best_val_mse_db_mean"] for p in points], [p[f"{key}_mean"] for p in points]

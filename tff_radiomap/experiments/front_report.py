@@ -113,7 +113,7 @@ def front_rows(output_dir: str, methods, noise_multipliers, seeds, skip_missing:
         last = [privacy_table.last_attack(metrics) for _, _, metrics, _ in runs]
         for (seed, summary, metrics, _), (_, at) in zip(runs, last):
             final = max((int(r["round"]) for r in metrics), default=0)
-            if at < final and summary.get("privacy", {}).get("uploads_observable", True):  # Secure aggregation is never attacked.
+            if at < final and _uploads_observable(summary):  # Secure aggregation is never attacked.
                 notes.append(f"{run_name(method, nu, seed)}: last attack at round {at} of {final} (later ones skipped: model not finite)")
             dead = dead_stage(metrics)
             if dead is not None:
@@ -134,7 +134,7 @@ def front_rows(output_dir: str, methods, noise_multipliers, seeds, skip_missing:
         best_rmse = privacy_table.mean_std([s.get("best_val_rmse_db", np.nan) for _, s, _, _ in runs])
         final_rmse = privacy_table.mean_std([float(metrics[-1].get("val_rmse_db", np.nan)) if metrics else np.nan for _, _, metrics, _ in runs])
         aggregate = [s.get("privacy", {}).get("aggregate") for _, s, _, _ in runs]
-        observable = all(s.get("privacy", {}).get("uploads_observable", True) for _, s, _, _ in runs)
+        observable = all(_uploads_observable(s) for _, s, _, _ in runs)
         rows.append(
             dict(
                 zip(
@@ -168,6 +168,11 @@ def front_rows(output_dir: str, methods, noise_multipliers, seeds, skip_missing:
             )
         )
     return rows, missing, notes
+
+
+def _uploads_observable(summary: dict) -> bool:
+    """False for a run whose uploads an observer of individual uploads never sees (secure aggregation)."""
+    return summary.get("privacy", {}).get("uploads_observable", True)
 
 
 def attack_ratio(row: dict, rmse_keys, constant_key: str) -> float:
