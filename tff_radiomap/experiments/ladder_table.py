@@ -183,7 +183,8 @@ def markdown(rows: list[dict]) -> str:
 
 def figure(rows: list[dict], path: str) -> None:
     """ladder.png: per round group, the observer's ratio in each column, a bar per defense (error bar:
-    std over seeds), the prior set's ratio as a black tick on each bar of the columns of sets."""
+    std over seeds), the prior set's ratio as a black tick on each bar of the columns of sets, and in
+    column (i) the run's own strongest attacker (every cell) as a red cross: the worst case."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -195,6 +196,7 @@ def figure(rows: list[dict], path: str) -> None:
     width = 0.8 / max(1, len(keys))
     columns = threat_ladder.COLUMNS
     for ax, group in zip(axes[0], groups):
+        marked = False  # The cross is labelled once a panel; the last panel's legend shows it.
         for j, key in enumerate(keys):
             x = np.arange(len(columns)) + (j - (len(keys) - 1) / 2) * width
             observed = [_find(rows, key, group, c, "observer") for c in columns]
@@ -210,6 +212,9 @@ def figure(rows: list[dict], path: str) -> None:
                 prior = _find(rows, key, group, c, "prior")
                 if prior is not None and c.startswith(("upload", "sum")):
                     ax.plot([xi - width / 2, xi + width / 2], [prior["ratio_mean"]] * 2, color="k", lw=2)
+                if r is not None and np.isfinite(r["run_ratio_mean"]):
+                    ax.plot(xi, r["run_ratio_mean"], "x", color="tab:red", ms=7, mew=2, label="the run's own attacker, every cell" if not marked else None)
+                    marked = True
                 if r is not None and r["note"] == "unobservable":
                     ax.text(xi, 0.02, "unobservable", rotation=90, ha="center", va="bottom", fontsize=6)
         ax.axhline(1.0, color="k", lw=0.8, ls="--")
