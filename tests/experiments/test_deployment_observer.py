@@ -22,9 +22,10 @@ from tff_radiomap.models.phases import Phase
 from tff_radiomap.privacy import set_scoring, upload_observer
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-# The run's attack: every round, the matching attacker on every 4th cell with 4 calibration positions
-# (these tests are about the saved rounds and the ladder's wiring, not about what the attack reads).
-ATTACK = dict(attack_every=1, attack_steps=2, attack_train_traces=12, attack_test_traces=6, matching_stride=4, matching_calibration=4)
+# The run's attack: every round, one observed local step, the matching attacker on every 4th cell with
+# 4 calibration positions (these tests are about the saved rounds and the ladder's wiring, not about
+# what the attack reads).
+ATTACK = dict(attack_every=1, attack_steps=1, attack_train_traces=12, attack_test_traces=6, matching_stride=4, matching_calibration=4)
 
 
 def _round_one(config, settings, maps):

@@ -69,7 +69,10 @@ def test_interrupted_run_resumes_and_ends_like_an_uninterrupted_one(tff_runtime,
             assert f.read(8) == b"\x89PNG\r\n\x1a\n", name
 
 
-def test_centralised_reference_sees_the_same_samples_and_resumes(config, tmp_path):
+def test_centralised_reference_sees_the_same_samples_and_resumes(config, cached_trainers, tmp_path, monkeypatch):
+    # One CentralisedReference for the three runs: its state (weights, optimizer, samples seen) is
+    # all in the saved program state; the object holds its models (reassigned each round) and traced steps.
+    monkeypatch.setattr(experiment, "build_trainer", cached_trainers)
     central = dataclasses.replace(config, centralised=True)
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
     experiment.run(central, a, progress=False, stop_after_round=2)
