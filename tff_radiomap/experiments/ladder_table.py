@@ -35,6 +35,7 @@ FIELDS = (
     "transmitters",
     "run_ratio_mean",
     "note",
+    "rounds",
 )
 
 
@@ -83,10 +84,11 @@ def table(ladders: list[dict]) -> list[dict]:
         for group in GROUPS:
             rounds = [_group_rounds(ld["rows"], group) for ld in runs]
             pooled = [threat_ladder.pooled_rows(ld["rows"], r) for ld, r in zip(runs, rounds)]  # Each seed's rounds pooled.
+            round_text = " ".join(str(r) for r in sorted({r for seed_rounds in rounds for r in seed_rounds}))  # Rows may pool other rounds.
             for column in threat_ladder.COLUMNS:
                 unobservable = any(r["column"] == column and r.get("note") == "unobservable" for ld in runs for r in ld["rows"])
                 if unobservable:
-                    out.append(dict(zip(FIELDS, (*key, group, column, "observer", len(runs), np.nan, np.nan, np.nan, 0, np.nan, "unobservable"))))
+                    out.append(dict(zip(FIELDS, (*key, group, column, "observer", len(runs), np.nan, np.nan, np.nan, 0, np.nan, "unobservable", round_text))))
                     continue
                 for attacker in ("observer", "search", "prior"):
                     per_seed = [p[(column, attacker)] for p in pooled if (column, attacker) in p]
@@ -117,6 +119,7 @@ def table(ladders: list[dict]) -> list[dict]:
                                     sum(s.transmitters for s in per_seed),
                                     np.mean(run_ratios) if run_ratios else np.nan,
                                     "",
+                                    round_text,
                                 ),
                             )
                         )
@@ -172,9 +175,14 @@ def markdown(rows: list[dict]) -> str:
         lines += [f"## {'round 1' if group == 'round 1' else 'the later attack rounds'}", ""]
         lines += ["| defense | " + " | ".join(threat_ladder.LABELS[c] for c in threat_ladder.COLUMNS) + " |", "|---" * 6 + "|"]
         for key in present:
-            seeds = max(r["seeds"] for r in rows if (r["defense"], r["noise_multiplier"], r["group"]) == (*key, group))
+            mine = [r for r in rows if (r["defense"], r["noise_multiplier"], r["group"]) == (*key, group)]
+            seeds = max(r["seeds"] for r in mine)
+            late = mine[0]["rounds"].split()
+            when = "" if group == "round 1" else f"; round{'s' if len(late) > 1 else ''} {', '.join(late)}"
             lines.append(
-                f"| {_label(*key)} ({seeds} seed{'s' if seeds > 1 else ''}) | " + " | ".join(_cell(rows, key, group, c) for c in threat_ladder.COLUMNS) + " |"
+                f"| {_label(*key)} ({seeds} seed{'s' if seeds > 1 else ''}{when}) | "
+                + " | ".join(_cell(rows, key, group, c) for c in threat_ladder.COLUMNS)
+                + " |"
             )
         lines.append("")
     lines.append(over_seeds.std_note())
