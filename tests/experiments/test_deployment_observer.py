@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tff_radiomap.data import twin
-from tff_radiomap.experiments import attack_rounds, deployment_observer, privacy_setup, shared_models
+from tff_radiomap.experiments import attack_rounds, deployment_observer, privacy_setup, shared_models, threat_ladder
 from tff_radiomap.experiments import privacy_radiomap as experiment
 from tff_radiomap.experiments.defense_registry import upload_views
 from tff_radiomap.models import phases
@@ -170,11 +170,8 @@ def test_the_ladder_script_scores_every_column_of_a_tiny_run(tiny_run, shadowed_
 
 
 def test_a_resumed_ladder_keeps_the_saved_rounds_it_is_not_asked_for(tiny_run, shadowed_root):
-    from tff_radiomap.experiments import threat_ladder
-    from tff_radiomap.privacy.set_scoring import SetScore
-
-    saved = threat_ladder._rows(1, "upload_twin", {"observer": SetScore(1.0, 2.0, 0.5, 3)}, 1.0)
-    saved += threat_ladder._rows(2, "upload_twin", {"observer": SetScore(1.5, 2.0, 0.5, 3)}, 1.0)
+    saved = threat_ladder._rows(1, "upload_twin", {"observer": set_scoring.SetScore(1.0, 2.0, 0.5, 3)}, 1.0)
+    saved += threat_ladder._rows(2, "upload_twin", {"observer": set_scoring.SetScore(1.5, 2.0, 0.5, 3)}, 1.0)
     scored = []
     rows = threat_ladder.ladder(tiny_run[1], rounds=[1], reality_root=shadowed_root, columns=("upload_twin",), log=scored.append, done=saved)
     assert rows == saved and scored == []  # Round 1 is not scored again; round 2's rows stay.

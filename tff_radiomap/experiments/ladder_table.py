@@ -177,8 +177,8 @@ def markdown(rows: list[dict]) -> str:
         for key in present:
             mine = [r for r in rows if (r["defense"], r["noise_multiplier"], r["group"]) == (*key, group)]
             seeds = max(r["seeds"] for r in mine)
-            late = mine[0]["rounds"].split()
-            when = "" if group == "round 1" else f"; round{'s' if len(late) > 1 else ''} {', '.join(late)}"
+            pooled_rounds = mine[0]["rounds"].split()
+            when = "" if group == "round 1" else f"; round{'s' if len(pooled_rounds) > 1 else ''} {', '.join(pooled_rounds)}"
             lines.append(
                 f"| {_label(*key)} ({seeds} seed{'s' if seeds > 1 else ''}{when}) | "
                 + " | ".join(_cell(rows, key, group, c) for c in threat_ladder.COLUMNS)
