@@ -51,12 +51,14 @@ def test_a_stopped_ladder_resumes_with_its_settings_and_is_refused_with_others(t
     assert {name: open(os.path.join(out, name), "rb").read() for name in os.listdir(out)} == saved
 
 
-def _ladder(root, name, defense, nu, seed, observer_ratios, prior=0.4):
-    """A ladder folder of rounds 1, 10 and 20: the observer at `observer_ratios[i]` of a 100 m constant guess, its search 0.1 above."""
+def _ladder(root, name, defense, nu, seed, observer_ratios, prior=0.4, baselines=None):
+    """A ladder folder of rounds 1, 10 and 20: the observer at `observer_ratios[i]` of a 100 m constant
+    guess, its search 0.1 above; `baselines` {attacker: ratio} adds those attackers' rows."""
     rows = []
     for r, ratio in zip((1, 10, 20), observer_ratios):
         for column in threat_ladder.COLUMNS:
-            scores = {a: SetScore(100.0 * q, 100.0, w, 10) for a, q, w in (("observer", ratio, 0.5), ("search", ratio + 0.1, 0.4), ("prior", prior, 0.1))}
+            found = (("observer", ratio, 0.5), ("search", ratio + 0.1, 0.4), ("prior", prior, 0.1)) + tuple((a, q, 0.0) for a, q in (baselines or {}).items())
+            scores = {a: SetScore(100.0 * q, 100.0, w, 10) for a, q, w in found}
             rows += (
                 threat_ladder._rows(r, column, scores, 1.0, run_ratio=ratio / 10 if column == "single_twin" else float("nan"))
                 if defense != "ddp" or column.startswith("sum")
@@ -93,5 +95,26 @@ def test_the_ladder_over_runs_has_a_row_per_defense_with_the_mean_over_seeds(tmp
     )
     assert "| No Defense (2 seeds; rounds 10, 20) |" in table  # The later rounds a row pools are named: runs may differ.
     assert os.path.getsize(paths["png"]) > 10_000 and paths["runs"] == ["ddp_nu0.1_s0", "none_s0", "none_s1"]
+    assert "baselines_csv" not in paths and "against its baselines" not in table  # These ladders hold no baselines.
     with pytest.raises(FileNotFoundError, match="holds no ladder"):
         ladder_table.collect(str(tmp_path / "out"))
+
+
+def test_the_search_is_put_against_each_baseline_seed_by_seed(tmp_path):
+    root = str(tmp_path / "ladders")
+    beaten = {"constant": 1.0, "matching": 1.3, "correlation": 0.7}
+    _ladder(root, "none_s0", "none", 0.0, 0, (0.2, 0.3, 0.5), baselines=beaten)  # Search 0.3, then 0.4 and 0.6 pooled.
+    _ladder(root, "none_s1", "none", 0.0, 1, (0.4, 0.5, 0.7), baselines=dict(beaten, correlation=0.55))
+    paths = ladder_table.write(root, str(tmp_path / "out"))
+    rows = {(r["seed"], r["group"], r["column"]): r for r in ladder_table.baselines(ladder_table.collect(root))}
+    assert {k[2] for k in rows} == set(ladder_table.SET_COLUMNS)  # Only the columns of sets: a search and baselines.
+    first = rows[(0, "round 1", "upload_twin")]
+    assert first["search"] == pytest.approx(0.3) and first["correlation"] == pytest.approx(0.7) and first["rounds"] == "1"
+    assert first["beats_baselines"] and first["beats_prior"]  # 0.3 below 1.0, 1.3, 0.7 and the prior's 0.4.
+    late = rows[(1, "late", "upload_shadowed")]  # Search sqrt((0.6^2 + 0.8^2) / 2) = 0.71 against correlation 0.55.
+    assert late["search"] == pytest.approx(np.sqrt((0.36 + 0.64) / 2)) and late["rounds"] == "10 20"
+    assert not late["beats_baselines"] and not late["beats_prior"]
+    table = open(paths["md"]).read()
+    assert "| No Defense | 0 | 1 | (iii) real upload, perfect twin | 0.30 | 1.00 | 1.30 | 0.70 | 0.40 | yes / yes |" in table
+    assert "| No Defense | 1 | 10 20 | (iv) real upload, shadowed reality | 0.71 | 1.00 | 1.30 | 0.55 | 0.40 | no / no |" in table
+    assert len(open(paths["baselines_csv"]).read().splitlines()) == 1 + 2 * 2 * 3  # Header, seeds x groups x columns.

@@ -5,7 +5,10 @@ sample std over seeds) beside the prior set's, the level of an observer that rea
 `collect(root)` reads every ladder folder under `root` that `bench/deployment_observer.py` wrote
 (ladder.csv and ladder_settings.json, which names the run's defense, noise multiplier and seed);
 `write(root, output_dir)` writes ladder.csv, ladder.md and ladder.png there. A seed's later rounds are
-pooled over their transmitters before the mean over seeds (`set_scoring.pooled`).
+pooled over their transmitters before the mean over seeds (`set_scoring.pooled`). `baselines` puts the
+search of columns (iii-v), seed by seed, against the baselines the issue names (the constant guess, the
+single-sample matching attacker applied to the upload, candidates ranked by correlation) and the prior
+set; ladder.md ends with that table.
 """
 
 from __future__ import annotations
@@ -127,6 +130,78 @@ def table(ladders: list[dict]) -> list[dict]:
     return out
 
 
+SET_COLUMNS = ("upload_twin", "upload_shadowed", "sum_shadowed")
+BASELINES = ("constant", "matching", "correlation")
+
+
+def baselines(ladders: list[dict]) -> list[dict]:
+    """Per run (defense and seed), round group and column of sets (iii-v): the ratio of the search,
+    of each baseline and of the prior set (transmitters of the group's rounds pooled), and whether the
+    search is below every baseline (`beats_baselines`) and below the prior (`beats_prior`)."""
+    out = []
+    order = list(labels())
+    for ld in sorted(ladders, key=lambda ld: (order.index(ld["defense"]) if ld["defense"] in order else len(order), ld["noise_multiplier"], ld["seed"])):
+        for group in GROUPS:
+            rounds = _group_rounds(ld["rows"], group)
+            pooled = threat_ladder.pooled_rows(ld["rows"], rounds)
+            for column in SET_COLUMNS:
+                ratios = {a: pooled[(column, a)].ratio for a in ("search", "prior") + BASELINES if (column, a) in pooled}
+                if "search" not in ratios or not all(a in ratios for a in BASELINES):
+                    continue  # Unobservable, not attacked, or a ladder made without the baselines.
+                out.append(
+                    dict(
+                        defense=ld["defense"],
+                        noise_multiplier=ld["noise_multiplier"],
+                        seed=ld["seed"],
+                        group=group,
+                        rounds=" ".join(map(str, rounds)),
+                        column=column,
+                        **{a: ratios.get(a, np.nan) for a in ("search", "prior") + BASELINES},
+                        beats_baselines=all(ratios["search"] < ratios[a] for a in BASELINES),
+                        beats_prior=bool(ratios["search"] < ratios.get("prior", np.nan)),
+                    )
+                )
+    return out
+
+
+def baselines_markdown(rows: list[dict]) -> str:
+    """The section of ladder.md that `baselines` fills: a line per run, group and column."""
+    header = [
+        "defense",
+        "seed",
+        "rounds",
+        "column",
+        "search",
+        "constant",
+        "matching (one sample)",
+        "correlation",
+        "prior set",
+        "search below the three / the prior",
+    ]
+    body = [
+        [
+            _label(r["defense"], r["noise_multiplier"]),
+            str(r["seed"]),
+            r["rounds"],
+            threat_ladder.LABELS[r["column"]],
+            *(f"{r[a]:.2f}" for a in ("search",) + BASELINES + ("prior",)),
+            f"{'yes' if r['beats_baselines'] else 'no'} / {'yes' if r['beats_prior'] else 'no'}",
+        ]
+        for r in rows
+    ]
+    return over_seeds.markdown_table(
+        header,
+        body,
+        title="## The search against its baselines, seed by seed",
+        notes=[
+            "RMSE over the constant guess of the observer's search alone (no fallback to the prior set) and of the "
+            "baselines on the same transmitters: the constant guess (1 by definition), paper 000's single-sample "
+            "matching attacker applied to the upload as if it were one sample's, candidates ranked by their correlation "
+            "with the upload, and the prior set (an observer that read nothing). Lower is better for the observer."
+        ],
+    )
+
+
 def _label(defense: str, nu: float) -> str:
     name = labels().get(defense, defense)
     if defense in ("none", "clip", "fedsgd"):
@@ -237,7 +312,8 @@ def figure(rows: list[dict], path: str) -> None:
 
 
 def write(root: str, output_dir: str) -> dict:
-    """Writes ladder.csv, ladder.md and ladder.png of the ladders under `root` into `output_dir`."""
+    """Writes ladder.csv, ladder.md, ladder.png and (where the ladders hold the baselines)
+    ladder_baselines.csv of the ladders under `root` into `output_dir`."""
     ladders = collect(root)
     rows = table(ladders)
     os.makedirs(output_dir, exist_ok=True)
@@ -246,7 +322,14 @@ def write(root: str, output_dir: str) -> dict:
         writer = csv.DictWriter(f, fieldnames=FIELDS)
         writer.writeheader()
         writer.writerows(rows)
+    against = baselines(ladders)
     with open(paths["md"], "w") as f:
-        f.write(markdown(rows))
+        f.write(markdown(rows) + ("\n" + baselines_markdown(against) if against else ""))
+    if against:
+        paths["baselines_csv"] = os.path.join(output_dir, "ladder_baselines.csv")
+        with open(paths["baselines_csv"], "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(against[0]))
+            writer.writeheader()
+            writer.writerows(against)
     figure(rows, paths["png"])
     return dict(paths, runs=[os.path.basename(ld["folder"]) for ld in ladders])
