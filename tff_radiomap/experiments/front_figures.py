@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 
 from tff_radiomap.experiments.privacy_front import NOISE_FREE, run_name
@@ -101,7 +103,9 @@ def front_figure(path: str, rows) -> None:
         ax.set_ylabel("attacker RMSE / constant guess")
     axes[0, 0].legend(fontsize=8)
     left = off_panel(rows, "late_attack_ratio")
-    fig.suptitle("Privacy-utility front" + (f"\nnot on it: {'; '.join(left)}" if left else ""), fontsize=11 if left else 12)
+    # The rows off the panels, wrapped to the figure's width (one line ran off both edges with DDP's four z).
+    note = textwrap.fill(f"not on it: {'; '.join(left)}", 150) if left else ""
+    fig.suptitle("Privacy-utility front" + (f"\n{note}" if note else ""), fontsize=11 if left else 12)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
