@@ -266,6 +266,19 @@ def test_the_defenses_on_the_aggregate_get_a_table_and_figure_of_utility_against
     assert "dp_figure" not in front_report.write_results(root, ["none"], grids, [0])  # No defense on the aggregate: no figure.
 
 
+def test_a_defense_on_the_aggregate_costs_against_no_defense_of_its_own_seeds(tmp_path):
+    """No Defense has seeds 0 and 1 (-22 and -24 dB), DDP seed 0 only (-19 dB): its cost is +3.00
+    against seed 0's No Defense, not +4.00 against the mean of both."""
+    root = str(tmp_path)
+    _fake_run(root, "none_s0", -22.0, [(1, 10, 100), (3, 10, 100)])
+    _fake_run(root, "none_s1", -24.0, [(1, 10, 100), (3, 10, 100)])
+    _fake_run(root, "ddp_nu0.1_s0", -19.0, [(1, NAN, NAN), (3, NAN, NAN)])
+    _with_privacy(root, "ddp_nu0.1_s0", aggregate={"epsilon": 4700.0}, uploads_observable=False)
+    out = front_report.write_results(root, ["none", "ddp"], {"none": [0.0], "ddp": [0.1]}, [0, 1], skip_missing=True)
+    assert "| Distributed DP | 0.1 | 1 | -19.00 +- n/a | +3.00 | -18.00 +- n/a | 4.7e+03 |  | unobservable |" in open(out["table_md"]).read()
+    assert "best_by_seed" not in open(out["csv"]).readline()  # The seeds' values stay out of front.csv.
+
+
 def _fake_adaptive_run(root, name, rounds):
     """A finished run recording its allocation: `rounds` is [(phase, val_mse_db, {group: weight})]."""
     d = os.path.join(root, name)

@@ -20,22 +20,36 @@ def reference_db(rows: list[dict]) -> float | None:
     return next((r["best_val_mse_db_mean"] for r in rows if r["method"] == "none"), None)
 
 
+def paired_cost_db(row: dict, rows: list[dict]) -> float | None:
+    """`row`'s cost in best validation MSE over No Defense's, seed by seed: the mean over the seeds
+    both have of the difference (a row of seed 0 against No Defense's seed 0, not against its mean
+    over more seeds). None without No Defense or a seed in common."""
+    none = next((r for r in rows if r["method"] == "none"), None)
+    if none is None:
+        return None
+    shared = sorted(set(row["best_by_seed"]) & set(none["best_by_seed"]))
+    if not shared:
+        return None
+    return float(np.mean([row["best_by_seed"][s] - none["best_by_seed"][s] for s in shared]))
+
+
 def dp_table(rows: list[dict]) -> list[str]:
     """front.md's table of utility against epsilon (empty without a defense on the aggregate)."""
-    dp, reference = dp_rows(rows), reference_db(rows)
+    dp = dp_rows(rows)
     if not dp:
         return []
     lines = [
         "",
         "Utility against epsilon, the defenses on the aggregate (dp.png): cost = best validation MSE over No "
-        "Defense's (dB); epsilon as aggregate_epsilon(_poisson) above; the observer of individual uploads reads the row "
+        "Defense's (dB), seed by seed over the seeds both have; epsilon as aggregate_epsilon(_poisson) above; the observer of individual uploads reads the row "
         "as late_attack_ratio.",
         "",
         "| defense | z | seeds | best_val_mse_db | cost_db | final_val_mse_db | epsilon | epsilon_poisson | upload observer |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in dp:
-        cost = "" if reference is None else f"{r['best_val_mse_db_mean'] - reference:+.2f}"
+        paired = paired_cost_db(r, rows)
+        cost = "" if paired is None else f"{paired:+.2f}"
         if not r["uploads_observable"]:
             observer = "unobservable"
         elif np.isfinite(r["late_attack_ratio_mean"]):

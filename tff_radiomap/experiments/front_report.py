@@ -135,38 +135,38 @@ def front_rows(output_dir: str, methods, noise_multipliers, seeds, skip_missing:
         final_rmse = privacy_table.mean_std([float(metrics[-1].get("val_rmse_db", np.nan)) if metrics else np.nan for _, _, metrics, _ in runs])
         aggregate = [s.get("privacy", {}).get("aggregate") for _, s, _, _ in runs]
         observable = all(_uploads_observable(s) for _, s, _, _ in runs)
-        rows.append(
-            dict(
-                zip(
-                    COLUMNS,
-                    (
-                        method,
-                        nu,
-                        len(runs),
-                        best[0],
-                        best[1],
-                        final_attack[0],
-                        final_attack[1],
-                        privacy_table.mean_std(per_run_mean)[0],
-                        privacy_table.mean_std(constant)[0],  # Run by run, then over seeds.
-                        _worst(epsilons),
-                        final_mse[0],
-                        final_mse[1],
-                        late[0],
-                        late[1],
-                        privacy_table.mean_std(per_seed["first"])[0],
-                        *privacy_table.mean_std(per_seed["late"]),
-                        *privacy_table.mean_std(per_seed["late_matching"]),
-                        privacy_table.mean_std(per_seed["late_ridge"])[0],
-                        *best_rmse,
-                        *final_rmse,
-                        _worst_aggregate(aggregate, "epsilon"),
-                        _worst_aggregate(aggregate, "epsilon_poisson"),
-                        observable,
-                    ),
-                )
+        row = dict(
+            zip(
+                COLUMNS,
+                (
+                    method,
+                    nu,
+                    len(runs),
+                    best[0],
+                    best[1],
+                    final_attack[0],
+                    final_attack[1],
+                    privacy_table.mean_std(per_run_mean)[0],
+                    privacy_table.mean_std(constant)[0],  # Run by run, then over seeds.
+                    _worst(epsilons),
+                    final_mse[0],
+                    final_mse[1],
+                    late[0],
+                    late[1],
+                    privacy_table.mean_std(per_seed["first"])[0],
+                    *privacy_table.mean_std(per_seed["late"]),
+                    *privacy_table.mean_std(per_seed["late_matching"]),
+                    privacy_table.mean_std(per_seed["late_ridge"])[0],
+                    *best_rmse,
+                    *final_rmse,
+                    _worst_aggregate(aggregate, "epsilon"),
+                    _worst_aggregate(aggregate, "epsilon_poisson"),
+                    observable,
+                ),
             )
         )
+        row["best_by_seed"] = {seed: float(s["best_val_mse_db"]) for seed, s, _, _ in runs}  # For paired costs; not in front.csv.
+        rows.append(row)
     return rows, missing, notes
 
 
@@ -285,7 +285,7 @@ def write_results(output_dir: str, methods, noise_multipliers, seeds, skip_missi
     with open(paths["csv"], "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
-        writer.writerows({k: privacy_table.csv_cell(v) if k in STD_COLUMNS + OPTIONAL_COLUMNS else v for k, v in r.items()} for r in rows)
+        writer.writerows({k: privacy_table.csv_cell(r[k]) if k in STD_COLUMNS + OPTIONAL_COLUMNS else r[k] for k in COLUMNS} for r in rows)
     allocation = allocation_rows(output_dir, methods, noise_multipliers, seeds)
     moves = allocation_moves(allocation)
     with open(paths["md"], "w") as f:
