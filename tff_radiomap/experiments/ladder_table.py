@@ -267,7 +267,8 @@ def markdown(rows: list[dict]) -> str:
 def figure(rows: list[dict], path: str) -> None:
     """ladder.png: per round group, the observer's ratio in each column, a bar per defense (error bar:
     std over seeds), the prior set's ratio as a black tick on each bar of the columns of sets, and in
-    column (i) the run's own strongest attacker (every cell) as a red cross: the worst case."""
+    column (i) the run's own strongest attacker (every cell) as a black cross: the worst case (a red
+    one hid on the fourth row's red bar)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -296,7 +297,7 @@ def figure(rows: list[dict], path: str) -> None:
                 if prior is not None and c.startswith(("upload", "sum")):
                     ax.plot([xi - width / 2, xi + width / 2], [prior["ratio_mean"]] * 2, color="k", lw=2)
                 if r is not None and np.isfinite(r["run_ratio_mean"]):
-                    ax.plot(xi, r["run_ratio_mean"], "x", color="tab:red", ms=7, mew=2, label="the run's own attacker, every cell" if not marked else None)
+                    ax.plot(xi, r["run_ratio_mean"], "x", color="k", ms=7, mew=2, label="the run's own attacker, every cell" if not marked else None)
                     marked = True
                 if r is not None and r["note"] == "unobservable":
                     ax.text(xi, 0.02, "unobservable", rotation=90, ha="center", va="bottom", fontsize=6)
