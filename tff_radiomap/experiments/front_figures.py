@@ -152,22 +152,33 @@ def dp_figure(path: str, rows: list[dict], reference_db: float | None, span_db: 
     fig, ax = plt.subplots(figsize=(7, 5))
     finite = [r["best_val_mse_db_mean"] for r in rows if np.isfinite(r["best_val_mse_db_mean"])]
     top = (reference_db if reference_db is not None else min(finite, default=0.0)) + span_db
-    for method in dict.fromkeys(r["method"] for r in rows):
+    for index, method in enumerate(dict.fromkeys(r["method"] for r in rows)):
         points = sorted((r for r in rows if r["method"] == method), key=lambda r: r["noise_multiplier"])
         y = [min(r["best_val_mse_db_mean"], top) if np.isfinite(r["best_val_mse_db_mean"]) else top for r in points]
+        colour = None
         for key, style in (("aggregate_epsilon", "-o"), ("aggregate_epsilon_poisson", ":s")):
             x = [np.nan if r[key] is None else r[key] for r in points]
             if np.all(np.isnan(x)):
                 continue
             label = LABELS.get(method, method) + (", Poisson amplification" if key.endswith("poisson") else "")
             (line,) = ax.plot(x, y, style, label=label)
+            colour = colour or line.get_color()  # The labels take the first (plain) line's.
             off = [(px, py) for px, py, r in zip(x, y, points) if not r["best_val_mse_db_mean"] <= top]
             if off:
                 ax.plot(*zip(*off), "^", color=line.get_color(), markersize=10)
         for r, py in zip(points, y):
-            off = "" if r["best_val_mse_db_mean"] <= top else f" ({r['best_val_mse_db_mean']:+.0f} dB)"
-            if r["aggregate_epsilon"] is not None:
-                ax.annotate(rf"z={r['noise_multiplier']:g}{off}", (r["aggregate_epsilon"], py), textcoords="offset points", xytext=(4, -10), fontsize=7)
+            edge = not r["best_val_mse_db_mean"] <= top
+            off = f" ({r['best_val_mse_db_mean']:+.0f} dB)" if edge else ""
+            if r["aggregate_epsilon"] is not None:  # Each defense's labels a line apart (their points can coincide), in its colour.
+                shift = (4, -10 - 9 * index) if edge else (4, 4 + 9 * index)
+                ax.annotate(
+                    rf"z={r['noise_multiplier']:g}{off}",
+                    (r["aggregate_epsilon"], py),
+                    textcoords="offset points",
+                    xytext=shift,
+                    fontsize=7,
+                    color=colour,
+                )
     if reference_db is not None:
         ax.axhline(reference_db, color="k", linestyle="--", label=f"{LABELS['none']} ({reference_db:.2f} dB)")
     ax.set(xscale="log", xlabel=r"worst client's $\epsilon$ (user level, observer of the aggregate)", ylabel="best validation MSE (dB)")
