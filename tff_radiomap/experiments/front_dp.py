@@ -15,16 +15,21 @@ def dp_rows(rows: list[dict]) -> list[dict]:
     return [r for r in rows if r["aggregate_epsilon"] is not None]
 
 
+def _no_defense(rows: list[dict]) -> dict | None:
+    return next((r for r in rows if r["method"] == "none"), None)
+
+
 def reference_db(rows: list[dict]) -> float | None:
     """No Defense's best validation MSE (mean over its seeds), the front's utility reference."""
-    return next((r["best_val_mse_db_mean"] for r in rows if r["method"] == "none"), None)
+    none = _no_defense(rows)
+    return None if none is None else none["best_val_mse_db_mean"]
 
 
 def paired_cost_db(row: dict, rows: list[dict]) -> float | None:
     """`row`'s cost in best validation MSE over No Defense's, seed by seed: the mean over the seeds
     both have of the difference (a row of seed 0 against No Defense's seed 0, not against its mean
     over more seeds). None without No Defense or a seed in common."""
-    none = next((r for r in rows if r["method"] == "none"), None)
+    none = _no_defense(rows)
     if none is None:
         return None
     shared = sorted(set(row["best_by_seed"]) & set(none["best_by_seed"]))

@@ -120,7 +120,8 @@ def front_rows(output_dir: str, methods, noise_multipliers, seeds, skip_missing:
                 notes.append(
                     f"{run_name(method, nu, seed)}: stage {dead[0]}'s validation MSE stays at {dead[1]:.2f} dB over its last {DEAD_ROUNDS} rounds (a dead model)"
                 )
-        best = privacy_table.mean_std([s["best_val_mse_db"] for _, s, _, _ in runs])
+        best_by_seed = {seed: float(s["best_val_mse_db"]) for seed, s, _, _ in runs}
+        best = privacy_table.mean_std(list(best_by_seed.values()))
         final_mse = privacy_table.mean_std([s.get("final_val_mse_db", np.nan) for _, s, _, _ in runs])
         final_attack = privacy_table.mean_std([a for a, _ in last])
         per_run_mean = [privacy_table.mean_std([r.get("attack_rmse_m", np.nan) for r in metrics])[0] for _, _, metrics, _ in runs]
@@ -165,7 +166,7 @@ def front_rows(output_dir: str, methods, noise_multipliers, seeds, skip_missing:
                 ),
             )
         )
-        row["best_by_seed"] = {seed: float(s["best_val_mse_db"]) for seed, s, _, _ in runs}  # For paired costs; not in front.csv.
+        row["best_by_seed"] = best_by_seed  # For paired costs (front_dp); not in front.csv.
         rows.append(row)
     return rows, missing, notes
 

@@ -75,13 +75,18 @@ def _group_rounds(rows: list[dict], group: str) -> list[int]:
     return [r for r in rounds if (r == 1) == (group == "round 1")]
 
 
+def _registry_rank(defense: str) -> int:
+    """`defense`'s place in the registry's order (`labels()`); unknown defenses after all."""
+    order = list(labels())
+    return order.index(defense) if defense in order else len(order)
+
+
 def table(ladders: list[dict]) -> list[dict]:
     """Rows of `FIELDS`: per (defense, noise multiplier), round group, column and attacker, the ratio's
     mean and sample std over the seeds that have the cell; note 'unobservable' where the defense
     leaves the column's observer nothing."""
     out = []
-    order = list(labels())
-    keys = sorted({(ld["defense"], ld["noise_multiplier"]) for ld in ladders}, key=lambda k: (order.index(k[0]) if k[0] in order else len(order), k))
+    keys = sorted({(ld["defense"], ld["noise_multiplier"]) for ld in ladders}, key=lambda k: (_registry_rank(k[0]), k))
     for key in keys:
         runs = [ld for ld in ladders if (ld["defense"], ld["noise_multiplier"]) == key]
         for group in GROUPS:
@@ -139,8 +144,7 @@ def baselines(ladders: list[dict]) -> list[dict]:
     of each baseline and of the prior set (transmitters of the group's rounds pooled), and whether the
     search is below every baseline (`beats_baselines`) and below the prior (`beats_prior`)."""
     out = []
-    order = list(labels())
-    for ld in sorted(ladders, key=lambda ld: (order.index(ld["defense"]) if ld["defense"] in order else len(order), ld["noise_multiplier"], ld["seed"])):
+    for ld in sorted(ladders, key=lambda ld: (_registry_rank(ld["defense"]), ld["noise_multiplier"], ld["seed"])):
         for group in GROUPS:
             rounds = _group_rounds(ld["rows"], group)
             pooled = threat_ladder.pooled_rows(ld["rows"], rounds)
