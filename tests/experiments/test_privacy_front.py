@@ -263,6 +263,12 @@ def test_the_defenses_on_the_aggregate_get_a_table_and_figure_of_utility_against
     ]
     with open(out["dp_figure"], "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n" and os.path.getsize(out["dp_figure"]) > 10_000
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    front_figures._draw_front(ax, out["rows"], "late_attack_ratio")  # front.png's points name central DP's z, not nu.
+    assert [t.get_text() for t in ax.texts] == ["z=0.1"]
+    plt.close(fig)
     assert "dp_figure" not in front_report.write_results(root, ["none"], grids, [0])  # No defense on the aggregate: no figure.
 
 

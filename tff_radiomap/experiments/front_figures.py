@@ -42,12 +42,20 @@ def _on_panel(row: dict, key: str) -> bool:
     return row.get("uploads_observable", True) and np.isfinite(row["best_val_mse_db_mean"]) and np.isfinite(row[f"{key}_mean"])
 
 
+def _noise_name(row: dict, tex: bool = False) -> str:
+    """The name of a row's noise parameter: z for the defenses on the aggregate (their rows carry
+    an aggregate epsilon), nu (paper 000's noise multiplier) for the rest."""
+    if row.get("aggregate_epsilon") is not None:
+        return "z"
+    return r"$\nu$" if tex else "nu"
+
+
 def off_panel(rows, key: str) -> list[str]:
     """The rows with no point on a front panel of attacker ratio `key`: unobservable uploads (DDP),
     or no attack after round 1 (a model that stopped being finite); each as `method nu: why`."""
     left = []
     for r in rows:
-        name = f"{LABELS.get(r['method'], r['method'])} {'nu' if r.get('aggregate_epsilon') is None else 'z'}={r['noise_multiplier']:g}"
+        name = f"{LABELS.get(r['method'], r['method'])} {_noise_name(r)}={r['noise_multiplier']:g}"
         if not r.get("uploads_observable", True):
             left.append(f"{name}: uploads unobservable")
         elif not _on_panel(r, key):
@@ -71,7 +79,7 @@ def _draw_front(ax, rows, key: str) -> None:
             ax.errorbar(x, y, **bars, marker="o", label=LABELS.get(method, method))
         for p, px, py in zip(points, x, y):
             if method not in NOISE_FREE and np.isfinite(py):
-                ax.annotate(rf"$\nu$={p['noise_multiplier']:g}", (px, py), textcoords="offset points", xytext=(4, 4), fontsize=7)
+                ax.annotate(f"{_noise_name(p, tex=True)}={p['noise_multiplier']:g}", (px, py), textcoords="offset points", xytext=(4, 4), fontsize=7)
     ax.axhline(1.0, color="k", linestyle="--", label="constant guess")
     ax.set(xlabel="best validation MSE (dB)")
     ax.grid(alpha=0.3)
