@@ -9,10 +9,16 @@ from tff_radiomap.experiments.privacy_table import LABELS
 from tff_radiomap.metrics import over_seeds
 
 
+def on_aggregate(row: dict) -> bool:
+    """Whether a front row is a defense on the aggregate (it has an aggregate epsilon: central DP,
+    DDP), whose noise parameter is z rather than paper 000's nu."""
+    return row.get("aggregate_epsilon") is not None
+
+
 def dp_rows(rows: list[dict]) -> list[dict]:
-    """The rows of the defenses on the aggregate (those with an aggregate epsilon: central DP, DDP),
-    in front order, for the table and figure of utility against epsilon."""
-    return [r for r in rows if r["aggregate_epsilon"] is not None]
+    """The rows of the defenses on the aggregate (`on_aggregate`), in front order, for the table and
+    figure of utility against epsilon."""
+    return [r for r in rows if on_aggregate(r)]
 
 
 def _no_defense(rows: list[dict]) -> dict | None:

@@ -15,6 +15,7 @@ import textwrap
 
 import numpy as np
 
+from tff_radiomap.experiments import front_dp
 from tff_radiomap.experiments.privacy_front import NOISE_FREE, run_name
 from tff_radiomap.experiments.privacy_table import LABELS
 
@@ -43,9 +44,9 @@ def _on_panel(row: dict, key: str) -> bool:
 
 
 def _noise_name(row: dict, tex: bool = False) -> str:
-    """The name of a row's noise parameter: z for the defenses on the aggregate (their rows carry
-    an aggregate epsilon), nu (paper 000's noise multiplier) for the rest."""
-    if row.get("aggregate_epsilon") is not None:
+    """The name of a row's noise parameter: z for the defenses on the aggregate
+    (`front_dp.on_aggregate`), nu (paper 000's noise multiplier) for the rest."""
+    if front_dp.on_aggregate(row):
         return "z"
     return r"$\nu$" if tex else "nu"
 
