@@ -53,7 +53,8 @@ def _noise_name(row: dict, tex: bool = False) -> str:
 
 def off_panel(rows, key: str) -> list[str]:
     """The rows with no point on a front panel of attacker ratio `key`: unobservable uploads (DDP),
-    or no attack after round 1 (a model that stopped being finite); each as `method nu: why`."""
+    or no attack after round 1 (a model that stopped being finite); each as `method nu=value: why`
+    (z=value for the defenses on the aggregate)."""
     left = []
     for r in rows:
         name = f"{LABELS.get(r['method'], r['method'])} {_noise_name(r)}={r['noise_multiplier']:g}"
