@@ -29,6 +29,9 @@ validation MSE, a line per method across nu).
                       preset's share of the rounds.
   --fresh_noise       unseeded defense noise in every run (the deployment setting; see docs/privacy.md,
                       "Epsilon and noise seeds"): not reproducible, a resume is not bit-exact.
+  --method_grid=M=NU,...  the noise multipliers of the methods named, in place of the grid's:
+                      --noise_multipliers=0.003,0.01,0.03 --method_grid=aligned=0.01 runs
+                      Aligned at 0.01 only (and --report_only expects only that).
   --report_only       write the front from the finished run folders present, naming the missing
                       ones; runs nothing.
   --stop_after_round=N  stop every run after round N (saved) and write no front; the same command
@@ -67,6 +70,12 @@ flags.DEFINE_list("noise_multipliers", ["0.001", "0.01", "0.03", "0.1"], "Noise 
 flags.DEFINE_list(
     "z_grid", ["0.01", "0.03", "0.1", "1"], "Noise multipliers z of the defenses on the aggregate (central_dp, ddp): the noise on the sum over C."
 )
+flags.DEFINE_list(
+    "method_grid",
+    [],
+    "METHOD=NU,...: the noise multipliers of the methods named, in place of --noise_multipliers (or --z_grid); a method named"
+    " twice gets both (Aligned and Adaptive only where Uniform costs 0.2-1 dB, say). Also the runs --report_only expects.",
+)
 flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds; the front reports mean and std over them.")
 flags.DEFINE_enum("preset", "default", list(experiment.PRESETS), common.PRESET_HELP)
 flags.DEFINE_integer("rounds", None, "Communication rounds of every run; default: the preset's.")
@@ -103,6 +112,9 @@ def validate() -> dict:
         common.require(_positive(nu), "noise_multipliers", nu, "comma-separated positive numbers")
     for z in FLAGS.z_grid:
         common.require(_positive(z), "z_grid", z, "comma-separated positive numbers")
+    for entry in FLAGS.method_grid:
+        method, _, nu = entry.partition("=")
+        common.require(method in FLAGS.methods and _positive(nu), "method_grid", entry, "METHOD=NU entries, METHOD one of --methods, NU positive")
     common.require(all(s.isdigit() for s in FLAGS.seeds) and FLAGS.seeds, "seeds", ",".join(FLAGS.seeds), "comma-separated non-negative integers")
     common.require(FLAGS.attack_every >= 1, "attack_every", FLAGS.attack_every, "an integer >= 1")
     common.require(FLAGS.jobs >= 1, "jobs", FLAGS.jobs, "an integer >= 1")
@@ -138,9 +150,15 @@ def base_config(data_root: str, settings: dict):
 
 
 def _nus() -> dict[str, list[float]]:
-    """{method: its noise multipliers}: --z_grid for the defenses on the aggregate, else --noise_multipliers."""
+    """{method: its noise multipliers}: those --method_grid names for it, else --z_grid for the
+    defenses on the aggregate and --noise_multipliers for the others."""
     nus, zs = [float(nu) for nu in FLAGS.noise_multipliers], [float(z) for z in FLAGS.z_grid]
-    return {m: zs if experiment.DEFENSES[m].aggregate_dp else nus for m in FLAGS.methods}
+    grid = {m: zs if experiment.DEFENSES[m].aggregate_dp else nus for m in FLAGS.methods}
+    named: dict[str, list[float]] = {}
+    for entry in FLAGS.method_grid:
+        method, _, nu = entry.partition("=")
+        named.setdefault(method, []).append(float(nu))
+    return {**grid, **named}
 
 
 def _seeds() -> list[int]:
@@ -214,6 +232,7 @@ def child_command(config, data_root: str) -> list[str]:
         "seeds": config.seed,
         "jobs": 1,
         "report": False,
+        "method_grid": "",  # The child's one multiplier is below.
     }
     if config.defense not in privacy_front.NOISE_FREE:  # A noise-free run is one per seed whatever the grid.
         per_run["noise_multipliers"] = per_run["z_grid"] = repr(config.noise_multiplier)

@@ -31,6 +31,9 @@ CASES = [
     (["--methods=none,bogus"], "--methods='bogus': expected names from"),
     (["--noise_multipliers=0.01,-1"], "--noise_multipliers='-1': expected comma-separated positive numbers"),
     (["--noise_multipliers=x"], "--noise_multipliers='x': expected comma-separated positive numbers"),
+    (["--method_grid=uniform"], "--method_grid='uniform': expected METHOD=NU entries, METHOD one of --methods, NU positive"),
+    (["--method_grid=aligned=0.01"], "--method_grid='aligned=0.01': expected METHOD=NU entries, METHOD one of --methods"),
+    (["--method_grid=uniform=0"], "--method_grid='uniform=0': expected METHOD=NU entries"),
     (["--seeds=a"], "--seeds='a': expected comma-separated non-negative integers"),
     (["--rounds=0"], "--rounds=0: expected an integer >= 1"),
     (["--attack_every=0"], "--attack_every=0: expected an integer >= 1"),
@@ -52,6 +55,8 @@ CASES = [
 EXTRA = [
     ["--jobs=1"],
     ["--report_only", "--output_dir={finished}", "--noise_multipliers=0.01", "--seeds=0,1"],
+    # Uniform at 0.01 only: the grid's 0.03 is not expected.
+    ["--report_only", "--output_dir={finished}", "--noise_multipliers=0.01,0.03", "--method_grid=uniform=0.01", "--seeds=0,1"],
 ]
 
 
@@ -90,6 +95,13 @@ def test_report_only_writes_the_front_of_the_finished_runs_and_names_the_missing
     with open(os.path.join(roots["finished"], "front.csv")) as f:
         assert [(r["method"], r["seeds"]) for r in csv.DictReader(f)] == [("none", "2"), ("uniform", "1")]
     assert os.path.exists(os.path.join(roots["finished"], "front.png"))
+
+
+def test_report_only_expects_of_a_method_only_the_multipliers_its_method_grid_names(outcomes):
+    outcome = outcomes[3 + len(CASES)]
+    assert outcome["code"] == 0, outcome["stderr"][-2000:]
+    missing = [line for line in outcome["stderr"].splitlines() if line.startswith("missing")]
+    assert missing == ["missing (not finished), left out of the front: uniform_nu0.01_s1"]
 
 
 # Runs PROGRAM's main with ARGS, its children recorded instead of started; then each child's
@@ -154,7 +166,8 @@ def test_children_get_every_flag_and_each_runs_its_one_run(roots):
         f"--data_root={roots['good']}",
         f"--output_dir={out}",
         "--methods=none,uniform",
-        "--noise_multipliers=0.01,0.1",
+        "--noise_multipliers=0.01,0.3",
+        "--method_grid=uniform=0.01,uniform=0.1",  # In place of the grid's; each child gets one.
         "--seeds=0,1",
         "--rounds=2",
         "--attack_every=1",
@@ -181,6 +194,7 @@ def test_children_get_every_flag_and_each_runs_its_one_run(roots):
             f"--output_dir={out}",
             "--fresh_noise",
             "--stop_after_round=1",
+            "--method_grid=",
         ):
             assert expected in command, (expected, command)
         assert len(command) - 3 == len(result["flag_names"])  # One argument per flag of the program.
