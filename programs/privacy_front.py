@@ -112,8 +112,7 @@ def validate() -> dict:
         common.require(_positive(nu), "noise_multipliers", nu, "comma-separated positive numbers")
     for z in FLAGS.z_grid:
         common.require(_positive(z), "z_grid", z, "comma-separated positive numbers")
-    for entry in FLAGS.method_grid:
-        method, _, nu = entry.partition("=")
+    for entry, (method, nu) in zip(FLAGS.method_grid, _method_grid_entries()):
         common.require(method in FLAGS.methods and _positive(nu), "method_grid", entry, "METHOD=NU entries, METHOD one of --methods, NU positive")
     common.require(all(s.isdigit() for s in FLAGS.seeds) and FLAGS.seeds, "seeds", ",".join(FLAGS.seeds), "comma-separated non-negative integers")
     common.require(FLAGS.attack_every >= 1, "attack_every", FLAGS.attack_every, "an integer >= 1")
@@ -155,10 +154,14 @@ def _nus() -> dict[str, list[float]]:
     nus, zs = [float(nu) for nu in FLAGS.noise_multipliers], [float(z) for z in FLAGS.z_grid]
     grid = {m: zs if experiment.DEFENSES[m].aggregate_dp else nus for m in FLAGS.methods}
     named: dict[str, list[float]] = {}
-    for entry in FLAGS.method_grid:
-        method, _, nu = entry.partition("=")
+    for method, nu in _method_grid_entries():
         named.setdefault(method, []).append(float(nu))
     return {**grid, **named}
+
+
+def _method_grid_entries() -> list[tuple[str, str]]:
+    """--method_grid's entries as (method, its multiplier's text), in the flag's order."""
+    return [(method, nu) for method, _, nu in (entry.partition("=") for entry in FLAGS.method_grid)]
 
 
 def _seeds() -> list[int]:
