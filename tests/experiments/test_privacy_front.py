@@ -285,6 +285,21 @@ def test_a_defense_on_the_aggregate_costs_against_no_defense_of_its_own_seeds(tm
     assert "best_by_seed" not in open(out["csv"]).readline()  # The seeds' values stay out of front.csv.
 
 
+def test_dp_figure_draws_each_point_s_spread_over_seeds_except_on_the_top_edge(tmp_path, monkeypatch):
+    """dp.png: a bar of the std over seeds at a point of several seeds, none at one seed (NaN) and
+    none at a destroyed model drawn on the top edge."""
+    import matplotlib.axes
+
+    drawn = []
+    monkeypatch.setattr(matplotlib.axes.Axes, "errorbar", lambda self, x, y, yerr=None, **kw: drawn.append(list(yerr)))
+    row = lambda z, db, std, eps: dict(
+        method="central_dp", noise_multiplier=z, best_val_mse_db_mean=db, best_val_mse_db_std=std, aggregate_epsilon=eps, aggregate_epsilon_poisson=None
+    )  # noqa: E731
+    rows = [row(0.03, -22.0, 0.2, 2e4), row(0.1, -18.0, float("nan"), 2e3), row(1.0, 129.0, 3.0, 44.0)]
+    front_figures.dp_figure(str(tmp_path / "dp.png"), rows, reference_db=-23.0)
+    assert drawn == [[0.2, 0.0, 0.0]]
+
+
 def _fake_adaptive_run(root, name, rounds):
     """A finished run recording its allocation: `rounds` is [(phase, val_mse_db, {group: weight})]."""
     d = os.path.join(root, name)

@@ -152,7 +152,7 @@ def allocation_figure(path: str, rows: list[dict]) -> None:
 def dp_figure(path: str, rows: list[dict], reference_db: float | None, span_db: float = 8.0) -> None:
     """dp.png: best validation MSE against the worst client's epsilon of the aggregate, a line per
     defense on the aggregate (`front_dp.dp_rows`), dotted with Poisson amplification where a
-    defense has it; No Defense's best (`reference_db`) dashed. The y axis spans `span_db` above it; a
+    defense has it, with bars of its std over seeds; No Defense's best (`reference_db`) dashed. The y axis spans `span_db` above it; a
     model worse than that is drawn on the top edge (a triangle) with its figure written beside it."""
     import matplotlib
 
@@ -173,6 +173,8 @@ def dp_figure(path: str, rows: list[dict], reference_db: float | None, span_db: 
             label = LABELS.get(method, method) + (", Poisson amplification" if key.endswith("poisson") else "")
             (line,) = ax.plot(x, y, style, label=label)
             colour = colour or line.get_color()  # The labels take the first (plain) line's.
+            spread = [np.nan_to_num(r["best_val_mse_db_std"]) if r["best_val_mse_db_mean"] <= top else 0.0 for r in points]  # One seed: no bar.
+            ax.errorbar(x, y, yerr=spread, fmt="none", ecolor=line.get_color(), capsize=3)
             off = [(px, py) for px, py, r in zip(x, y, points) if not r["best_val_mse_db_mean"] <= top]
             if off:
                 ax.plot(*zip(*off), "^", color=line.get_color(), markersize=10)
