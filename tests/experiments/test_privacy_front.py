@@ -292,9 +292,12 @@ def test_dp_figure_draws_each_point_s_spread_over_seeds_except_on_the_top_edge(t
 
     drawn = []
     monkeypatch.setattr(matplotlib.axes.Axes, "errorbar", lambda self, x, y, yerr=None, **kw: drawn.append(list(yerr)))
-    row = lambda z, db, std, eps: dict(
-        method="central_dp", noise_multiplier=z, best_val_mse_db_mean=db, best_val_mse_db_std=std, aggregate_epsilon=eps, aggregate_epsilon_poisson=None
-    )  # noqa: E731
+
+    def row(z, db, std, eps):
+        return dict(
+            method="central_dp", noise_multiplier=z, best_val_mse_db_mean=db, best_val_mse_db_std=std, aggregate_epsilon=eps, aggregate_epsilon_poisson=None
+        )
+
     rows = [row(0.03, -22.0, 0.2, 2e4), row(0.1, -18.0, float("nan"), 2e3), row(1.0, 129.0, 3.0, 44.0)]
     front_figures.dp_figure(str(tmp_path / "dp.png"), rows, reference_db=-23.0)
     assert drawn == [[0.2, 0.0, 0.0]]
