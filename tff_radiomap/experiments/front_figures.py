@@ -165,6 +165,7 @@ def dp_figure(path: str, rows: list[dict], reference_db: float | None, span_db: 
     for index, method in enumerate(dict.fromkeys(r["method"] for r in rows)):
         points = sorted((r for r in rows if r["method"] == method), key=lambda r: r["noise_multiplier"])
         y = [min(r["best_val_mse_db_mean"], top) if np.isfinite(r["best_val_mse_db_mean"]) else top for r in points]
+        spread = [np.nan_to_num(r["best_val_mse_db_std"]) if r["best_val_mse_db_mean"] <= top else 0.0 for r in points]  # One seed: no bar.
         colour = None
         for key, style in (("aggregate_epsilon", "-o"), ("aggregate_epsilon_poisson", ":s")):
             x = [np.nan if r[key] is None else r[key] for r in points]
@@ -173,7 +174,6 @@ def dp_figure(path: str, rows: list[dict], reference_db: float | None, span_db: 
             label = LABELS.get(method, method) + (", Poisson amplification" if key.endswith("poisson") else "")
             (line,) = ax.plot(x, y, style, label=label)
             colour = colour or line.get_color()  # The labels take the first (plain) line's.
-            spread = [np.nan_to_num(r["best_val_mse_db_std"]) if r["best_val_mse_db_mean"] <= top else 0.0 for r in points]  # One seed: no bar.
             ax.errorbar(x, y, yerr=spread, fmt="none", ecolor=line.get_color(), capsize=3)
             off = [(px, py) for px, py, r in zip(x, y, points) if not r["best_val_mse_db_mean"] <= top]
             if off:
