@@ -181,13 +181,20 @@ def dp_figure(path: str, rows: list[dict], reference_db: float | None, span_db: 
         for r, py in zip(points, y):
             edge = not r["best_val_mse_db_mean"] <= top
             off = f" ({r['best_val_mse_db_mean']:+.0f} dB)" if edge else ""
-            if r["aggregate_epsilon"] is not None:  # Each defense's labels a line apart (their points can coincide), in its colour.
-                shift = (4, -10 - 9 * index) if edge else (4, 4 + 9 * index)
+            # In its colour: one defense's labels left of and below its points, the next's right of
+            # and above them (their points can coincide; the Poisson marker sits to the right).
+            if r["aggregate_epsilon"] is not None:
+                left, row = index % 2 == 0, index // 2
+                if edge:
+                    shift = (4, -10 - 9 * index)
+                else:
+                    shift = (-5, -11 - 9 * row) if left else (5, 4 + 9 * row)
                 ax.annotate(
                     rf"z={r['noise_multiplier']:g}{off}",
                     (r["aggregate_epsilon"], py),
                     textcoords="offset points",
                     xytext=shift,
+                    ha="right" if left and not edge else "left",
                     fontsize=7,
                     color=colour,
                 )
