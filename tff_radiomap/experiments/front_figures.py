@@ -165,7 +165,8 @@ def dp_figure(path: str, rows: list[dict], reference_db: float | None, span_db: 
     for index, method in enumerate(dict.fromkeys(r["method"] for r in rows)):
         points = sorted((r for r in rows if r["method"] == method), key=lambda r: r["noise_multiplier"])
         y = [min(r["best_val_mse_db_mean"], top) if np.isfinite(r["best_val_mse_db_mean"]) else top for r in points]
-        spread = [np.nan_to_num(r["best_val_mse_db_std"]) if r["best_val_mse_db_mean"] <= top else 0.0 for r in points]  # One seed: no bar.
+        edge = [not r["best_val_mse_db_mean"] <= top for r in points]  # Worse than the axis (or not finite): drawn on its top edge.
+        spread = [0.0 if e else np.nan_to_num(r["best_val_mse_db_std"]) for r, e in zip(points, edge)]  # One seed: no bar.
         colour = None
         for key, style in (("aggregate_epsilon", "-o"), ("aggregate_epsilon_poisson", ":s")):
             x = [np.nan if r[key] is None else r[key] for r in points]
@@ -175,17 +176,16 @@ def dp_figure(path: str, rows: list[dict], reference_db: float | None, span_db: 
             (line,) = ax.plot(x, y, style, label=label)
             colour = colour or line.get_color()  # The labels take the first (plain) line's.
             ax.errorbar(x, y, yerr=spread, fmt="none", ecolor=line.get_color(), capsize=3)
-            off = [(px, py) for px, py, r in zip(x, y, points) if not r["best_val_mse_db_mean"] <= top]
+            off = [(px, py) for px, py, e in zip(x, y, edge) if e]
             if off:
                 ax.plot(*zip(*off), "^", color=line.get_color(), markersize=10)
-        for r, py in zip(points, y):
-            edge = not r["best_val_mse_db_mean"] <= top
-            off = f" ({r['best_val_mse_db_mean']:+.0f} dB)" if edge else ""
+        for r, py, on_edge in zip(points, y, edge):
+            off = f" ({r['best_val_mse_db_mean']:+.0f} dB)" if on_edge else ""
             # In its colour: one defense's labels left of and below its points, the next's right of
             # and above them (their points can coincide; the Poisson marker sits to the right).
             if r["aggregate_epsilon"] is not None:
                 left, row = index % 2 == 0, index // 2
-                if edge:
+                if on_edge:
                     shift = (4, -10 - 9 * index)
                 else:
                     shift = (-5, -11 - 9 * row) if left else (5, 4 + 9 * row)
@@ -194,7 +194,7 @@ def dp_figure(path: str, rows: list[dict], reference_db: float | None, span_db: 
                     (r["aggregate_epsilon"], py),
                     textcoords="offset points",
                     xytext=shift,
-                    ha="right" if left and not edge else "left",
+                    ha="right" if left and not on_edge else "left",
                     fontsize=7,
                     color=colour,
                 )
